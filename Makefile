@@ -1,0 +1,64 @@
+# Tandem developer entry points. Every target installs what it needs itself.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+NIXL_VERSION := 1.5.1
+PYTEST_ARGS ?=
+
+.PHONY: venv lint test test-unit test-integration test-e2e cluster-build up down demo crds check-crds proto bench clean
+
+# The venv is rebuilt when pyproject.toml changes. NIXL goes in --no-deps: the meta
+# package would otherwise pull CUDA torch and ~3 GB of NVIDIA libraries we do not use on CPU.
+$(STAMP): pyproject.toml scripts/install-kube-clients.sh
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -U pip setuptools wheel
+	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --no-deps nixl==$(NIXL_VERSION) nixl-cu12==$(NIXL_VERSION)
+	scripts/install-kube-clients.sh $(VENV)
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+proto: $(STAMP)
+	$(BIN)/python -m tandem.proto.build
+
+lint: $(STAMP)
+	$(BIN)/ruff check services operators tests
+	$(BIN)/ruff format --check services operators tests
+	$(BIN)/mypy
+
+crds: $(STAMP)
+	$(BIN)/tandem crds --write
+
+check-crds: $(STAMP)
+	$(BIN)/tandem crds --check
+
+cluster-build:
+	tests/cluster/build.sh
+
+# The README's test command: lint, then every tier (unit, integration, e2e on the real
+# control plane built from Go modules).
+test: $(STAMP) cluster-build
+	$(MAKE) lint
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+test-unit: $(STAMP)
+	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
+
+test-integration: $(STAMP)
+	$(BIN)/pytest -q tests/integration $(PYTEST_ARGS)
+
+test-e2e: $(STAMP) cluster-build
+	$(BIN)/pytest -q tests/e2e $(PYTEST_ARGS)
+
+# The README's main-job command: a local InferenceCluster on the CPU reference model,
+# answering one request.
+demo: $(STAMP)
+	$(BIN)/tandem demo -f manifests/examples/reference-cpu.yaml
+
+bench: $(STAMP)
+	$(BIN)/tandem bench --write docs/benchmarks.md
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
