@@ -1,0 +1,453 @@
+"""The ``tandem.dev/v1alpha1`` API: InferenceCluster and WorkerPool, defined once.
+
+Everything else derives from these models: the CRDs (``tandem crds``), ``tandem validate``,
+the local runtime (``tandem up``) and the operator's renderers. Field docstrings become the
+CRD descriptions, so write them for the person reading ``kubectl explain``.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, ClassVar
+
+from pydantic import Field
+
+from tandem.api.base import ApiModel, CelRule, OpenObject
+
+GROUP = "tandem.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# Kubernetes names (RFC 1123 label): what a cluster name becomes inside child names.
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+Quantity = Annotated[
+    int | str,
+    Field(description='A Kubernetes resource quantity, e.g. 2, "500m" or "16Gi".'),
+]
+
+
+class EngineKind(enum.StrEnum):
+    REFERENCE = "reference"  # numpy transformer on CPU: tests, laptops, CI
+    TRTLLM = "trtllm"  # TensorRT-LLM on NVIDIA GPUs
+
+
+class AcceleratorProfile(enum.StrEnum):
+    CPU = "cpu"
+    GB200 = "gb200"
+    B200 = "b200"
+    H200 = "h200"
+    H100 = "h100"
+
+
+class RoutingPolicy(enum.StrEnum):
+    KV_AWARE = "kv-aware"  # prefix overlap against load (default)
+    LEAST_LOADED = "least-loaded"
+    ROUND_ROBIN = "round-robin"
+
+
+class KvBackend(enum.StrEnum):
+    NIXL = "nixl"
+    TCP = "tcp"
+
+
+class NixlBackend(enum.StrEnum):
+    UCX = "UCX"
+    LIBFABRIC = "LIBFABRIC"
+
+
+class AutoscalingMode(enum.StrEnum):
+    BUILTIN = "builtin"  # Tandem's autoscaler writes WorkerPool /scale
+    EXTERNAL = "external"  # HPA/KEDA own the WorkerPool /scale; Tandem never touches replicas
+
+
+class PoolRole(enum.StrEnum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+# --------------------------------------------------------------------------- spec parts
+
+
+class ModelSpec(ApiModel):
+    """The model to serve."""
+
+    name: str = Field(min_length=1, description="Model identifier, e.g. openai/gpt-oss-120b.")
+    source: str | None = Field(
+        default=None,
+        description="Where the weights come from: a path inside the image, pvc://CLAIM/PATH, "
+        "hf://ORG/NAME or s3://BUCKET/PATH. Not needed for the reference engine.",
+    )
+    served_name: str | None = Field(
+        default=None,
+        description="Name clients put in the `model` field; defaults to `name`.",
+    )
+    max_input_tokens: int = Field(
+        default=32768, ge=1, le=1_048_576, description="Longest accepted prompt, in tokens."
+    )
+    max_output_tokens: int = Field(
+        default=4096, ge=1, le=1_048_576, description="Most tokens one request may generate."
+    )
+
+    @property
+    def public_name(self) -> str:
+        return self.served_name or self.name
+
+
+class EngineSpec(ApiModel):
+    """The runtime that executes the model inside each worker."""
+
+    kind: EngineKind = Field(default=EngineKind.REFERENCE, description="reference or trtllm.")
+    image: str | None = Field(
+        default=None,
+        description="Worker container image; defaults to the accelerator profile's image.",
+    )
+    options: OpenObject = Field(
+        default_factory=OpenObject,
+        description="Engine options passed through to the engine (for trtllm: LLM API "
+        "arguments; for reference: model shape and seed).",
+    )
+
+
+class AcceleratorSpec(ApiModel):
+    """The hardware the workers run on; selects resources, node placement and environment."""
+
+    profile: AcceleratorProfile = Field(
+        default=AcceleratorProfile.CPU, description="cpu, gb200, b200, h200 or h100."
+    )
+
+
+class DisaggregationSpec(ApiModel):
+    """When a request is worth sending to the prefill pool."""
+
+    min_prefill_tokens: int = Field(
+        default=512,
+        ge=0,
+        description="Prompts with fewer uncached tokens than this prefill locally on the "
+        "decode worker instead of moving KV.",
+    )
+
+
+class FrontendSpec(ApiModel):
+    """The OpenAI-compatible HTTP frontend and its router."""
+
+    replicas: int = Field(default=1, ge=1, le=100, description="Frontend replicas.")
+    port: int = Field(default=8000, ge=1, le=65535, description="HTTP port of the frontend.")
+    routing_policy: RoutingPolicy = Field(
+        default=RoutingPolicy.KV_AWARE, description="How decode workers are chosen."
+    )
+    disaggregation: DisaggregationSpec = Field(default_factory=DisaggregationSpec)
+    max_queued_requests: int = Field(
+        default=256,
+        ge=1,
+        description="Requests admitted but not yet running, per frontend; beyond it the "
+        "frontend answers 429 with Retry-After.",
+    )
+
+
+class Toleration(ApiModel):
+    key: str | None = None
+    operator: str | None = Field(default=None, pattern=r"^(Exists|Equal)$")
+    value: str | None = None
+    effect: str | None = Field(default=None, pattern=r"^(NoSchedule|PreferNoSchedule|NoExecute)$")
+    toleration_seconds: int | None = None
+
+
+class EnvVar(ApiModel):
+    name: str = Field(min_length=1)
+    value: str | None = None
+    value_from: OpenObject | None = Field(default=None, description="As in a Pod's env.")
+
+
+class ResourceRequirements(ApiModel):
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+    limits: dict[str, Quantity] = Field(default_factory=dict)
+
+
+class PodTemplateOverrides(ApiModel):
+    """Last-word changes to the rendered worker pods."""
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    spec: OpenObject | None = Field(
+        default=None, description="Merged over the rendered PodSpec (strategic-merge style)."
+    )
+
+
+class PoolSpec(ApiModel):
+    """One worker pool (prefill or decode)."""
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            "self.minReplicas <= self.maxReplicas",
+            "minReplicas must not exceed maxReplicas",
+            ".minReplicas",
+        ),
+        CelRule(
+            "self.minReplicas <= self.replicas && self.replicas <= self.maxReplicas",
+            "replicas must lie within [minReplicas, maxReplicas]",
+            ".replicas",
+        ),
+        CelRule(
+            "!has(self.gpusPerWorker) || self.gpusPerWorker == 0 || "
+            "self.gpusPerWorker * self.nodesPerWorker >= self.tensorParallelSize",
+            "gpusPerWorker x nodesPerWorker must cover tensorParallelSize",
+            ".gpusPerWorker",
+        ),
+    )
+
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="Workers in the pool. Under autoscaling this is only the starting size.",
+    )
+    min_replicas: int = Field(default=0, ge=0, le=1000, description="Autoscaling floor.")
+    max_replicas: int = Field(default=8, ge=0, le=1000, description="Autoscaling ceiling.")
+    tensor_parallel_size: int = Field(default=1, ge=1, le=256)
+    expert_parallel_size: int = Field(default=1, ge=1, le=256)
+    gpus_per_worker: int | None = Field(
+        default=None,
+        ge=0,
+        le=64,
+        description="GPUs per worker pod; defaults to tensorParallelSize / nodesPerWorker "
+        "on GPU profiles and 0 on cpu.",
+    )
+    nodes_per_worker: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Nodes one worker spans; more than 1 renders a LeaderWorkerSet.",
+    )
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    affinity: OpenObject | None = Field(default=None, description="As in a PodSpec.")
+    env: list[EnvVar] = Field(default_factory=list)
+    engine_options: OpenObject = Field(
+        default_factory=OpenObject,
+        description="Engine options for this pool only, merged over spec.engine.options.",
+    )
+    pod_template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)
+
+
+class KvTransferSpec(ApiModel):
+    """How KV cache moves from prefill to decode workers."""
+
+    backend: KvBackend = Field(default=KvBackend.NIXL, description="nixl (RDMA/UCX) or tcp.")
+    nixl_backend: NixlBackend = Field(default=NixlBackend.UCX, description="NIXL plugin.")
+    ucx_transports: list[str] = Field(
+        default_factory=list,
+        description="UCX_TLS entries, e.g. [rc, cuda_copy, cuda_ipc]; empty means the "
+        "accelerator profile's default.",
+    )
+    max_tokens_in_buffer: int | None = Field(
+        default=None,
+        ge=1,
+        description="Transfer buffer size in tokens; must hold the longest prompt. Defaults "
+        "to model.maxInputTokens rounded up to the KV block size.",
+    )
+    timeout_seconds: float = Field(
+        default=30.0, gt=0, le=600, description="A transfer not done by then fails loudly."
+    )
+
+
+class ScalingBehavior(ApiModel):
+    """How fast a pool may move."""
+
+    scale_up_stabilization_seconds: int = Field(default=0, ge=0, le=3600)
+    scale_down_stabilization_seconds: int = Field(default=60, ge=0, le=3600)
+    max_step_up: int = Field(default=4, ge=1, le=100, description="Most replicas added at once.")
+    max_step_down: int = Field(default=1, ge=1, le=100, description="Most removed at once.")
+    tolerance: float = Field(
+        default=0.1, ge=0, le=1, description="Ignore load changes within this fraction."
+    )
+
+
+class PrefillScalingSpec(ScalingBehavior):
+    target_queued_tokens_per_replica: int = Field(
+        default=32768,
+        ge=1,
+        description="Pending prefill tokens one prefill worker should carry; a 32k prompt "
+        "weighs 32x a 1k one.",
+    )
+
+
+class DecodeScalingSpec(ScalingBehavior):
+    target_active_sequences_per_replica: int = Field(default=32, ge=1)
+    target_kv_utilization: float = Field(default=0.8, gt=0, le=1)
+
+
+class AutoscalingSpec(ApiModel):
+    """Per-pool autoscaling from queue depth."""
+
+    enabled: bool = False
+    mode: AutoscalingMode = Field(default=AutoscalingMode.BUILTIN)
+    interval_seconds: int = Field(default=5, ge=1, le=600)
+    prefill: PrefillScalingSpec = Field(default_factory=PrefillScalingSpec)
+    decode: DecodeScalingSpec = Field(default_factory=DecodeScalingSpec)
+
+
+class DecodePoolSpec(PoolSpec):
+    """The decode pool: like any pool, but never empty (someone must stream tokens)."""
+
+    min_replicas: int = Field(default=1, ge=0, le=1000, description="Autoscaling floor.")
+
+
+class InferenceClusterSpec(ApiModel):
+    """One served model: a frontend, a prefill pool and a decode pool."""
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            "self.decode.minReplicas >= 1",
+            "the decode pool needs at least one worker (minReplicas >= 1)",
+            ".decode.minReplicas",
+        ),
+        CelRule(
+            "!has(self.kvTransfer.maxTokensInBuffer) || "
+            "self.kvTransfer.maxTokensInBuffer >= self.model.maxInputTokens",
+            "kvTransfer.maxTokensInBuffer must hold the longest prompt (model.maxInputTokens)",
+            ".kvTransfer.maxTokensInBuffer",
+        ),
+        CelRule(
+            "self.engine.kind != 'trtllm' || self.accelerator.profile != 'cpu'",
+            "the trtllm engine needs a GPU accelerator profile",
+            ".engine.kind",
+        ),
+    )
+
+    model: ModelSpec
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    accelerator: AcceleratorSpec = Field(default_factory=AcceleratorSpec)
+    frontend: FrontendSpec = Field(default_factory=FrontendSpec)
+    prefill: PoolSpec = Field(default_factory=PoolSpec, description="The prefill pool.")
+    decode: DecodePoolSpec = Field(default_factory=DecodePoolSpec, description="The decode pool.")
+    kv_transfer: KvTransferSpec = Field(default_factory=KvTransferSpec)
+    autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec)
+
+
+# --------------------------------------------------------------------------- status
+
+
+class Condition(ApiModel):
+    """A Kubernetes-style condition (metav1.Condition)."""
+
+    model_config = ApiModel.model_config | {"extra": "ignore"}
+
+    type: str
+    status: str = Field(pattern=r"^(True|False|Unknown)$")
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+class QueueDepth(ApiModel):
+    requests: int = 0
+    tokens: int = 0
+
+
+class PoolStatus(ApiModel):
+    """What a pool has, next to what it wants."""
+
+    desired: int = 0
+    replicas: int = 0
+    ready: int = 0
+    updated: int = 0
+    queue_depth: QueueDepth = Field(default_factory=QueueDepth)
+
+
+class InferenceClusterPools(ApiModel):
+    prefill: PoolStatus = Field(default_factory=PoolStatus)
+    decode: PoolStatus = Field(default_factory=PoolStatus)
+
+
+class InferenceClusterStatus(ApiModel):
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    pools: InferenceClusterPools = Field(default_factory=InferenceClusterPools)
+    endpoint: str | None = Field(default=None, description="In-cluster URL of the frontend.")
+
+
+class WorkerPoolSpec(ApiModel):
+    """One pool of an InferenceCluster; created and owned by the operator.
+
+    ``replicas`` is the /scale target: HPA, KEDA or Tandem's autoscaler write it.
+    """
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            "self.minReplicas <= self.maxReplicas",
+            "minReplicas must not exceed maxReplicas",
+            ".minReplicas",
+        ),
+        CelRule(
+            "self.role != 'decode' || self.minReplicas >= 1",
+            "a decode pool needs minReplicas >= 1",
+            ".minReplicas",
+        ),
+    )
+
+    cluster_name: str = Field(pattern=DNS_LABEL, description="The owning InferenceCluster.")
+    role: PoolRole
+    replicas: int = Field(default=1, ge=0, le=1000)
+    min_replicas: int = Field(default=0, ge=0, le=1000)
+    max_replicas: int = Field(default=8, ge=0, le=1000)
+
+
+class WorkerPoolStatus(ApiModel):
+    observed_generation: int | None = None
+    replicas: int = 0
+    ready_replicas: int = 0
+    updated_replicas: int = 0
+    desired_replicas: int = 0
+    selector: str = Field(default="", description="Label selector of the pool's pods (/scale).")
+    queue_depth: QueueDepth = Field(default_factory=QueueDepth)
+    last_scale_time: str | None = None
+    last_scale_reason: str | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- objects
+
+
+class ObjectMeta(ApiModel):
+    """The parts of metav1.ObjectMeta a manifest author sets; the rest is ignored."""
+
+    model_config = ApiModel.model_config | {"extra": "ignore"}
+
+    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
+    namespace: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    generation: int | None = None
+    uid: str | None = None
+
+
+# Child objects are named "<cluster>-<role>-..." and must stay valid DNS labels.
+MAX_CLUSTER_NAME = 40
+
+
+class InferenceCluster(ApiModel):
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            f"self.metadata.name.size() <= {MAX_CLUSTER_NAME}",
+            f"metadata.name must be at most {MAX_CLUSTER_NAME} characters (children append "
+            "suffixes to it)",
+            ".metadata.name",
+        ),
+    )
+
+    api_version: str = Field(default=API_VERSION, pattern=rf"^{GROUP}/{VERSION}$")
+    kind: str = Field(default="InferenceCluster", pattern=r"^InferenceCluster$")
+    metadata: ObjectMeta
+    spec: InferenceClusterSpec
+    status: InferenceClusterStatus | None = None
+
+
+class WorkerPool(ApiModel):
+    api_version: str = Field(default=API_VERSION, pattern=rf"^{GROUP}/{VERSION}$")
+    kind: str = Field(default="WorkerPool", pattern=r"^WorkerPool$")
+    metadata: ObjectMeta
+    spec: WorkerPoolSpec
+    status: WorkerPoolStatus | None = None

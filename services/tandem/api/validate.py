@@ -1,0 +1,164 @@
+"""Load and validate Tandem manifests: YAML -> typed objects, or errors with field paths.
+
+Validation runs in two passes, the same two the API server applies to our CRDs:
+1. the schema (pydantic: types, ranges, enums, unknown fields), and
+2. the cross-field CEL rules attached to the models, evaluated with cel-python on the
+   object *after defaulting*, exactly as the API server sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import celpy
+import yaml
+from celpy.adapter import json_to_cel
+from pydantic import BaseModel, ValidationError
+
+from tandem.api import v1alpha1 as api
+from tandem.api.base import ApiModel
+
+KINDS: dict[str, type[ApiModel]] = {
+    "InferenceCluster": api.InferenceCluster,
+    "WorkerPool": api.WorkerPool,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FieldError:
+    source: str  # file name and document index, e.g. "cluster.yaml#0"
+    path: str  # e.g. "spec.prefill.minReplicas"
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.source}: " if self.source else ""
+        return f"{where}{self.path or '<document>'}: {self.message}"
+
+
+class ManifestError(Exception):
+    """One or more documents are invalid; ``errors`` lists every problem found."""
+
+    def __init__(self, errors: Sequence[FieldError]) -> None:
+        self.errors = list(errors)
+        super().__init__("\n".join(str(e) for e in self.errors))
+
+
+def _join(path: str, part: str | int) -> str:
+    if isinstance(part, int):
+        return f"{path}[{part}]"
+    return f"{path}.{part}" if path else part
+
+
+def _pydantic_errors(exc: ValidationError, source: str) -> list[FieldError]:
+    out = []
+    for err in exc.errors(include_url=False):
+        path = ""
+        for part in err["loc"]:
+            path = _join(path, part)
+        message = err["msg"]
+        if err["type"] == "extra_forbidden":
+            message = "unknown field"
+        out.append(FieldError(source, path, message))
+    return out
+
+
+_CEL_ENV = celpy.Environment()
+
+
+def _cel_passes(rule: str, subject: Mapping[str, Any]) -> bool:
+    program = _CEL_ENV.program(_CEL_ENV.compile(rule))
+    result = program.evaluate({"self": json_to_cel(dict(subject))})
+    return bool(result)
+
+
+def _walk_models(obj: BaseModel, path: str) -> Iterator[tuple[ApiModel, str]]:
+    if isinstance(obj, ApiModel):
+        yield obj, path
+    for name, field in type(obj).model_fields.items():
+        value = getattr(obj, name)
+        wire = field.alias or name
+        if isinstance(value, BaseModel):
+            yield from _walk_models(value, _join(path, wire))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, BaseModel):
+                    yield from _walk_models(item, _join(_join(path, wire), i))
+
+
+def check_cel_rules(obj: ApiModel, source: str = "") -> list[FieldError]:
+    """Every CEL rule of every model in ``obj``'s tree, evaluated on its defaulted form."""
+    errors = []
+    for model, path in _walk_models(obj, ""):
+        if not model.cel_rules:
+            continue
+        wire = model.to_wire()
+        for rule in model.cel_rules:
+            if not _cel_passes(rule.rule, wire):
+                where = path + (rule.field_path or "")
+                errors.append(FieldError(source, where.lstrip("."), rule.message))
+    return errors
+
+
+def parse_object(doc: Any, source: str = "") -> ApiModel:
+    """Validate one decoded YAML/JSON document into its API type."""
+    if not isinstance(doc, dict):
+        raise ManifestError([FieldError(source, "", "a document must be a mapping")])
+    kind = doc.get("kind")
+    model = KINDS.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        expected = " or ".join(KINDS)
+        raise ManifestError([FieldError(source, "kind", f"must be {expected}, got {kind!r}")])
+    try:
+        obj = model.model_validate(doc)
+    except ValidationError as exc:
+        raise ManifestError(_pydantic_errors(exc, source)) from None
+    errors = check_cel_rules(obj, source)
+    if errors:
+        raise ManifestError(errors)
+    return obj
+
+
+def load_documents(text: str, source: str) -> list[ApiModel]:
+    """All documents of a YAML stream; collects every error before raising."""
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ManifestError([FieldError(source, "", f"malformed YAML: {where}{problem}")]) from None
+    if not docs:
+        raise ManifestError([FieldError(source, "", "no documents found")])
+    objects: list[ApiModel] = []
+    errors: list[FieldError] = []
+    for index, doc in enumerate(docs):
+        try:
+            objects.append(parse_object(doc, f"{source}#{index}" if len(docs) > 1 else source))
+        except ManifestError as exc:
+            errors.extend(exc.errors)
+    if errors:
+        raise ManifestError(errors)
+    return objects
+
+
+def load_file(path: str | Path) -> list[ApiModel]:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ManifestError([FieldError(str(p), "", f"cannot read: {exc.strerror}")]) from None
+    return load_documents(text, str(p))
+
+
+def load_inference_cluster(path: str | Path) -> api.InferenceCluster:
+    """Exactly one InferenceCluster from a file (what ``tandem up`` consumes)."""
+    objects = load_file(path)
+    clusters = [o for o in objects if isinstance(o, api.InferenceCluster)]
+    if len(clusters) != 1:
+        raise ManifestError(
+            [FieldError(str(path), "", f"expected one InferenceCluster, found {len(clusters)}")]
+        )
+    return clusters[0]

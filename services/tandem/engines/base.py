@@ -1,0 +1,162 @@
+"""The engine seam: what a prefill or decode worker needs from a model runtime.
+
+Two implementations sit behind it: ``reference`` (numpy, CPU, this repo) and ``trtllm``
+(TensorRT-LLM's LLM API on GPUs). Workers only ever talk to this interface.
+
+Lifecycle of one disaggregated request::
+
+    prefill side                          decode side
+    ------------                          -----------
+    prefill(req_id, tokens, sampling)
+      -> PrefillResult(first_token, kv)   (kv travels to the decode worker in the
+                                           gRPC response, then:)
+                                          adopt(req_id, tokens, kv_bytes_source)
+                                          decode(req_id, sampling) -> tokens...
+    release(req_id)  <- decode side, once the KV has been pulled (or on lease expiry)
+
+Local (non-disaggregated) requests call ``prefill`` and then ``decode`` on the same
+engine; the KV never leaves the process.
+
+Engines are synchronous and single-threaded by contract: the worker owns the thread the
+engine runs on and serialises calls; ``step`` advances every active sequence by one
+token so that the worker can batch decodes (continuous batching).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class FinishReason(enum.StrEnum):
+    """Why a sequence stopped; values are OpenAI's ``finish_reason`` strings."""
+
+    STOP = "stop"  # an end-of-sequence or stop token
+    LENGTH = "length"  # max_tokens or the context limit
+    CANCELLED = "cancelled"  # client went away or the request was aborted
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    max_tokens: int
+    temperature: float = 0.0  # 0 means greedy
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class KvRange:
+    """A contiguous byte range inside one registered KV region of an engine."""
+
+    region: int
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class KvLayout:
+    """Where a sequence's KV lives, in transfer order (layer by layer).
+
+    ``ranges`` lists exactly the bytes the decode side needs: all tokens of
+    full-attention layers, only the last ``window`` tokens of sliding-window layers.
+    Both sides compute it for their own memory; the transport copies
+    ``remote.ranges[i]`` into ``local.ranges[i]`` for every i (same lengths).
+    """
+
+    num_tokens: int
+    ranges: tuple[KvRange, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(r.length for r in self.ranges)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillResult:
+    first_token: int
+    num_prompt_tokens: int
+    kv: KvLayout
+    # Opaque engine-specific state a decode engine needs (TensorRT-LLM's
+    # disaggregated params); empty for the reference engine.
+    opaque: bytes = b""
+    finish_reason: FinishReason | None = None  # set when the first token already ends it
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutput:
+    request_id: str
+    token: int
+    finish_reason: FinishReason | None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    active_sequences: int
+    kv_blocks_total: int
+    kv_blocks_free: int
+    kv_block_size: int
+
+    @property
+    def kv_utilization(self) -> float:
+        if self.kv_blocks_total == 0:
+            return 0.0
+        return 1.0 - self.kv_blocks_free / self.kv_blocks_total
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInfo:
+    """Static facts about a loaded model, shared with routers and planners."""
+
+    model_name: str
+    vocab_size: int
+    max_context: int
+    kv_block_size: int
+    eos_token_id: int
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class EngineError(Exception):
+    """An engine refused or failed a request; the message is safe to show a user."""
+
+
+class KvCapacityError(EngineError):
+    """Not enough free KV blocks for the request right now (retryable elsewhere)."""
+
+
+class Engine(Protocol):
+    info: EngineInfo
+
+    def kv_regions(self) -> Sequence[memoryview]:
+        """The engine's KV memory, registered once with a KV transport (prefill side
+        serves reads from it; decode side reads into it)."""
+        ...
+
+    def prefill(
+        self, request_id: str, prompt: Sequence[int], sampling: SamplingParams
+    ) -> PrefillResult:
+        """Run the prompt, keep its KV, return the first sampled token.
+        Raises KvCapacityError when the KV pool cannot hold the prompt."""
+        ...
+
+    def reserve(self, request_id: str, prompt: Sequence[int], first_token: int) -> KvLayout:
+        """Decode side of a handoff: allocate KV for ``prompt`` whose first generated
+        token is ``first_token``; returns where the transport must write it."""
+        ...
+
+    def commit(self, request_id: str) -> None:
+        """Decode side: the transport finished writing the reserved KV; the sequence
+        becomes active and ``step`` will extend it."""
+        ...
+
+    def step(self, sampling: dict[str, SamplingParams]) -> list[StepOutput]:
+        """Advance every active sequence named in ``sampling`` by one token."""
+        ...
+
+    def release(self, request_id: str) -> None:
+        """Free a sequence's KV (idempotent; unknown ids are ignored)."""
+        ...
+
+    def stats(self) -> EngineStats: ...

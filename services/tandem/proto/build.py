@@ -1,0 +1,72 @@
+"""Generate the gRPC stubs from worker.proto (``python -m tandem.proto.build``).
+
+The generated modules are committed; ``--check`` (run by the tests) fails when they are
+out of date with the .proto, so a proto edit can never ship with stale stubs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PROTOS = ("worker.proto",)
+
+
+def generate(out_dir: Path) -> list[Path]:
+    from grpc_tools import protoc  # dev-only dependency
+
+    import grpc_tools
+
+    include = Path(grpc_tools.__file__).parent / "_proto"
+    for proto in PROTOS:
+        rc = protoc.main(
+            [
+                "protoc",
+                f"-I{HERE}",
+                f"-I{include}",
+                f"--python_out={out_dir}",
+                f"--pyi_out={out_dir}",
+                f"--grpc_python_out={out_dir}",
+                str(HERE / proto),
+            ]
+        )
+        if rc != 0:
+            raise SystemExit(f"protoc failed on {proto}")
+    outputs = sorted(out_dir.glob("*_pb2*.py*"))
+    for path in outputs:
+        # protoc emits absolute imports (``import worker_pb2``); make them package-relative.
+        text = re.sub(r"^import (\w+_pb2) as", r"from . import \1 as", path.read_text(), flags=re.M)
+        path.write_text(text)
+    return outputs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--check", action="store_true", help="fail if committed stubs are stale")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = generate(Path(tmp))
+        stale = (
+            [p.name for p in fresh if (HERE / p.name).read_text() != p.read_text()]
+            if args.check
+            else []
+        )
+        if args.check:
+            if stale:
+                print(
+                    f"stale generated stubs: {', '.join(stale)}; run `make proto`", file=sys.stderr
+                )
+                return 1
+            return 0
+        for p in fresh:
+            (HERE / p.name).write_text(p.read_text())
+            print(f"wrote {HERE / p.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

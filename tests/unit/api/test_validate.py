@@ -1,0 +1,148 @@
+"""`tandem validate` and the API models: what is accepted, what is refused, and where."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tandem.api import v1alpha1 as api
+from tandem.api.validate import ManifestError, load_documents, load_file
+from tandem.cli.main import main as cli
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLES = sorted((REPO / "manifests" / "examples").glob("*.yaml"))
+
+MINIMAL = {
+    "apiVersion": "tandem.dev/v1alpha1",
+    "kind": "InferenceCluster",
+    "metadata": {"name": "c"},
+    "spec": {"model": {"name": "m", "maxInputTokens": 4096}},
+}
+
+
+def _with(path: str, value: object) -> str:
+    """MINIMAL with one dotted path set, as YAML."""
+    doc = yaml.safe_load(yaml.safe_dump(MINIMAL))
+    node = doc
+    keys = path.split(".")
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+    node[keys[-1]] = value
+    return yaml.safe_dump(doc)
+
+
+def _errors(text: str) -> list[tuple[str, str]]:
+    with pytest.raises(ManifestError) as exc:
+        load_documents(text, "t.yaml")
+    return [(e.path, e.message) for e in exc.value.errors]
+
+
+def test_examples_exist() -> None:
+    names = {p.name for p in EXAMPLES}
+    assert {
+        "reference-cpu.yaml",
+        "gpt-oss-120b-gb200.yaml",
+        "gpt-oss-120b-b200.yaml",
+        "gpt-oss-20b-h100.yaml",
+    } <= names
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_is_valid(path: Path) -> None:
+    (obj,) = load_file(path)
+    assert isinstance(obj, api.InferenceCluster)
+    # Wire form round-trips through the model unchanged.
+    again = api.InferenceCluster.model_validate(obj.to_wire())
+    assert again == obj
+
+
+def test_defaults_fill_a_minimal_cluster() -> None:
+    (obj,) = load_documents(yaml.safe_dump(MINIMAL), "t.yaml")
+    assert isinstance(obj, api.InferenceCluster)
+    assert obj.spec.decode.min_replicas == 1
+    assert obj.spec.prefill.min_replicas == 0
+    assert obj.spec.kv_transfer.backend is api.KvBackend.NIXL
+    assert obj.spec.model.public_name == "m"
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field", "fragment"),
+    [
+        ("spec.bogus", 1, "spec.bogus", "unknown field"),
+        ("spec.prefill.replics", 1, "spec.prefill.replics", "unknown field"),
+        ("spec.prefill.replicas", -1, "spec.prefill.replicas", "greater than or equal to 0"),
+        ("spec.decode.replicas", -3, "spec.decode.replicas", "greater than or equal to 0"),
+        (
+            "spec.prefill",
+            {"minReplicas": 3, "maxReplicas": 2, "replicas": 2},
+            "spec.prefill.minReplicas",
+            "must not exceed maxReplicas",
+        ),
+        (
+            "spec.decode",
+            {"minReplicas": 0, "replicas": 1},
+            "spec.decode.minReplicas",
+            "at least one worker",
+        ),
+        (
+            "spec.kvTransfer",
+            {"maxTokensInBuffer": 1024},
+            "spec.kvTransfer.maxTokensInBuffer",
+            "longest prompt",
+        ),
+        (
+            "spec.prefill",
+            {"replicas": 9, "maxReplicas": 8},
+            "spec.prefill.replicas",
+            "within [minReplicas, maxReplicas]",
+        ),
+        ("spec.engine", {"kind": "trtllm"}, "spec.engine.kind", "GPU accelerator profile"),
+        ("spec.engine", {"kind": "vllm"}, "spec.engine.kind", "Input should be"),
+        ("spec.accelerator", {"profile": "tpu"}, "spec.accelerator.profile", "Input should be"),
+        (
+            "spec.decode",
+            {"tensorParallelSize": 8, "gpusPerWorker": 4},
+            "spec.decode.gpusPerWorker",
+            "cover tensorParallelSize",
+        ),
+        ("metadata.name", "Not_A_Name", "metadata.name", "pattern"),
+        ("metadata.name", "x" * 41, "metadata.name", "at most 40"),
+        ("spec.frontend", {"port": 70000}, "spec.frontend.port", "less than or equal"),
+    ],
+)
+def test_invalid_input_names_the_field(path: str, value: object, field: str, fragment: str) -> None:
+    errors = _errors(_with(path, value))
+    assert any(p == field and fragment in m for p, m in errors), errors
+
+
+def test_malformed_yaml_reports_a_line() -> None:
+    errors = _errors("spec: [1, 2\n")
+    assert len(errors) == 1
+    assert "malformed YAML: line" in errors[0][1]
+
+
+def test_wrong_kind_is_refused() -> None:
+    assert _errors("apiVersion: v1\nkind: Pod\n") == [
+        ("kind", "must be InferenceCluster or WorkerPool, got 'Pod'")
+    ]
+
+
+def test_every_error_of_every_document_is_reported() -> None:
+    text = _with("spec.bogus", 1) + "---\n" + _with("spec.prefill.replicas", -1)
+    with pytest.raises(ManifestError) as exc:
+        load_documents(text, "t.yaml")
+    assert [e.source for e in exc.value.errors] == ["t.yaml#0", "t.yaml#1"]
+
+
+def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(MINIMAL))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(_with("spec.decode", {"minReplicas": 0}))
+    assert cli(["validate", "-f", str(good)]) == 0
+    assert cli(["validate", "-f", str(good), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "spec.decode.minReplicas" in err
+    assert cli(["validate", "-f", str(tmp_path / "missing.yaml")]) == 2
