@@ -1,0 +1,20 @@
+"""Tokenizers: text <-> token ids, chat templating, streaming detokenization."""
+
+from tandem.tokenization.byte_tokenizer import SPECIAL_TOKENS, ByteTokenizer
+from tandem.tokenization.detokenizer import ByteStreamDetokenizer
+from tandem.tokenization.protocol import (
+    ChatMessage,
+    IncrementalDetokenizer,
+    TokenizationError,
+    Tokenizer,
+)
+
+__all__ = [
+    "SPECIAL_TOKENS",
+    "ByteStreamDetokenizer",
+    "ByteTokenizer",
+    "ChatMessage",
+    "IncrementalDetokenizer",
+    "TokenizationError",
+    "Tokenizer",
+]

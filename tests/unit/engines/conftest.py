@@ -1,0 +1,73 @@
+"""Shared helpers for the reference engine tests: tiny model configs and a KV copier
+that plays the part of a transport."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from tandem.engines.base import KvLayout
+from tandem.engines.reference import ReferenceEngine, ReferenceModelConfig
+
+TinyConfigFactory = Callable[..., ReferenceModelConfig]
+
+# Window smaller than a chunk, chunk not a multiple of the tile, block not dividing the
+# window evenly into chunks: every boundary case of the chunked, paged path.
+TINY_OPTIONS: dict[str, object] = {
+    "num_layers": 2,
+    "hidden": 64,
+    "num_heads": 4,
+    "num_kv_heads": 2,
+    "head_dim": 16,
+    "intermediate": 128,
+    "sliding_window": 24,
+    "kv_block_size": 8,
+    "num_kv_blocks": 512,
+    "prefill_chunk": 40,
+    "attention_tile": 32,
+    "seed": 7,
+}
+
+
+@pytest.fixture
+def tiny_config() -> TinyConfigFactory:
+    def build(**overrides: object) -> ReferenceModelConfig:
+        return ReferenceModelConfig.from_options({**TINY_OPTIONS, **overrides})
+
+    return build
+
+
+@pytest.fixture
+def copy_kv() -> Callable[[ReferenceEngine, KvLayout, ReferenceEngine, KvLayout], None]:
+    """Copies ``source_layout``'s bytes into ``target_layout`` through the engines'
+    registered regions, as a KV transport would."""
+
+    def copy(
+        source: ReferenceEngine,
+        source_layout: KvLayout,
+        target: ReferenceEngine,
+        target_layout: KvLayout,
+    ) -> None:
+        assert len(source_layout.ranges) == len(target_layout.ranges)
+        source_regions, target_regions = source.kv_regions(), target.kv_regions()
+        for src, dst in zip(source_layout.ranges, target_layout.ranges, strict=True):
+            assert src.length == dst.length
+            target_regions[dst.region][dst.offset : dst.offset + dst.length] = source_regions[
+                src.region
+            ][src.offset : src.offset + src.length]
+
+    return copy
+
+
+def poison_kv(engine: ReferenceEngine) -> None:
+    """Fill an engine's whole KV pool with NaN so any read of bytes that were not
+    transferred poisons the output."""
+    for region in engine.kv_regions():
+        np.frombuffer(region, dtype=np.float32)[:] = np.nan
+
+
+@pytest.fixture
+def poison() -> Callable[[ReferenceEngine], None]:
+    return poison_kv
