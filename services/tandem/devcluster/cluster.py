@@ -1,0 +1,347 @@
+"""Start, attach to and stop a dev cluster: the I/O shell around the pure pieces."""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tandem.devcluster import processes
+from tandem.devcluster.binaries import ClusterBinaries, find_kubectl, locate_binaries
+from tandem.devcluster.components import Component, Ports, render_components, render_kwok_config
+from tandem.devcluster.kubeconfig import render_token_file, write_kubeconfig, write_private
+from tandem.devcluster.layout import StateLayout
+from tandem.devcluster.nodes import NodeProfile, get_profile, render_profile
+from tandem.devcluster.pki import Pki, create_pki
+from tandem.devcluster.ports import allocate_ports
+from tandem.devcluster.probes import http_status, wait_until
+from tandem.devcluster.state import ClusterState, load_state, save_state
+
+logger = logging.getLogger(__name__)
+
+LWS_CRD_NAME = "leaderworkersets.leaderworkerset.x-k8s.io"
+FIELD_MANAGER = "tandem-devcluster"
+
+
+class DevClusterError(RuntimeError):
+    """Start-up or shutdown failed; the message carries the component log tails."""
+
+
+class KubectlError(subprocess.CalledProcessError):
+    """kubectl failed; unlike its base class, the message includes kubectl's stderr."""
+
+    def __str__(self) -> str:
+        stderr = self.stderr.strip() if isinstance(self.stderr, str) else ""
+        return f"{super().__str__()}\n{stderr}" if stderr else super().__str__()
+
+
+@dataclass(frozen=True, slots=True)
+class StartOptions:
+    state_dir: Path
+    profile: str = "default"
+    # Also write the kubeconfig here (the one in the state dir is always written).
+    kubeconfig_path: Path | None = None
+    with_lws: bool = False
+    bin_dir: Path | None = None
+    timeout_s: float = 180.0
+    # The admin bearer token; a random one when None.
+    token: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessStatus:
+    name: str
+    pid: int
+    running: bool
+    rss_bytes: int
+
+
+@dataclass(slots=True)
+class DevCluster:
+    """A running (or recorded) dev cluster and the helpers tests use against it."""
+
+    layout: StateLayout
+    state: ClusterState
+    kubectl_path: Path
+    # Popen handles of the processes this Python process started, so their exit status is
+    # collected; empty when attached to a cluster started by another process.
+    _children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return Path(self.state.kubeconfig)
+
+    @property
+    def api_url(self) -> str:
+        return self.state.api_url
+
+    @property
+    def state_dir(self) -> Path:
+        return self.layout.root
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout_s: float = 120.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this cluster; raises KubectlError (a CalledProcessError whose
+        message includes stderr) if ``check`` and it fails."""
+        argv = [str(self.kubectl_path), f"--kubeconfig={self.layout.kubeconfig}", *args]
+        result = subprocess.run(
+            argv, input=input, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+        if check and result.returncode != 0:
+            raise KubectlError(result.returncode, argv, output=result.stdout, stderr=result.stderr)
+        return result
+
+    def ready_node_count(self) -> int:
+        nodes = json.loads(self.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+        return sum(
+            any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+            for conditions in (n.get("status", {}).get("conditions", []) for n in nodes)
+        )
+
+    def wait_crd_established(self, name: str, *, timeout_s: float = 60.0) -> None:
+        """Poll until the CRD serves its API. (`kubectl wait --for=condition=Established`
+        fails outright while a fresh CRD has no conditions yet.)"""
+        jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
+
+        def established() -> bool:
+            result = self.kubectl("get", "crd", name, "-o", f"jsonpath={jsonpath}", check=False)
+            return result.returncode == 0 and result.stdout.strip() == "True"
+
+        wait_until(established, timeout_s=timeout_s, what=f"CRD {name} Established")
+
+    def describe(self) -> list[ProcessStatus]:
+        return [
+            ProcessStatus(
+                name=p.name,
+                pid=p.pid,
+                running=processes.is_running(p),
+                rss_bytes=processes.rss_bytes(p),
+            )
+            for p in self.state.processes
+        ]
+
+    def is_running(self) -> bool:
+        return bool(self.state.processes) and all(s.running for s in self.describe())
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the whole control plane (sum over its processes)."""
+        return sum(s.rss_bytes for s in self.describe())
+
+    def log_tails(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of every component log, for failure reports."""
+        parts = []
+        for record in self.state.processes:
+            try:
+                text = Path(record.log).read_text(errors="replace")
+            except OSError as err:
+                text = f"(cannot read log: {err})"
+            tail = "\n".join(text.splitlines()[-lines:])
+            parts.append(f"===== {record.name} ({record.log}) =====\n{tail}")
+        return "\n".join(parts)
+
+    def stop(self) -> None:
+        """Stop every component, newest first (kwok before the apiserver before etcd)."""
+        errors = []
+        for record in reversed(self.state.processes):
+            try:
+                processes.stop(record)
+            except RuntimeError as err:
+                errors.append(str(err))
+            child = self._children.pop(record.name, None)
+            if child is not None:
+                child.poll()  # already reaped by processes.stop; settles the Popen handle
+        if errors:
+            raise DevClusterError("; ".join(errors))
+
+    def _launch(self, component: Component) -> None:
+        log_path = self.layout.log_file(component.name)
+        child = processes.spawn(component.name, component.argv, log_path)
+        self._children[component.name] = child
+        record = processes.record_of(component.name, child, log_path)
+        self.state = self.state.model_copy(update={"processes": (*self.state.processes, record)})
+        save_state(self.layout, self.state)
+
+    def _exit_reason(self, name: str) -> str | None:
+        for record in self.state.processes:
+            if record.name == name and not processes.is_running(record):
+                return f"{name} exited; see {record.log}"
+        return None
+
+
+def open_cluster(state_dir: Path) -> DevCluster | None:
+    """Attach to the cluster recorded in ``state_dir`` (running or not); None if none."""
+    layout = StateLayout(state_dir.expanduser().resolve())
+    state = load_state(layout)
+    if state is None:
+        return None
+    kubectl = find_kubectl() or Path("kubectl")
+    return DevCluster(layout=layout, state=state, kubectl_path=kubectl)
+
+
+def stop_cluster(state_dir: Path) -> DevCluster | None:
+    """Stop the cluster recorded in ``state_dir``; None if none was ever started there."""
+    cluster = open_cluster(state_dir)
+    if cluster is not None:
+        cluster.stop()
+    return cluster
+
+
+def start_cluster(
+    options: StartOptions, *, report: Callable[[str], None] = logger.info
+) -> DevCluster:
+    """Start a fresh cluster and return once it is usable: apiserver ready, the ``default``
+    ServiceAccount created, every simulated node Ready (which proves kwok works).
+
+    On any failure everything already started is stopped again; the logs stay in the
+    state directory and their tails are in the raised DevClusterError.
+    """
+    began = time.monotonic()
+    deadline = began + options.timeout_s
+    layout = StateLayout(options.state_dir.expanduser().resolve())
+    _refuse_if_running(layout)
+    profile = get_profile(options.profile)
+    bins = locate_binaries(options.bin_dir)
+    if options.with_lws and bins.lws_crd is None:
+        raise DevClusterError(
+            f"no LeaderWorkerSet CRD in {bins.bin_dir}: tests/cluster/build.sh could not "
+            "fetch sigs.k8s.io/lws (see its output)"
+        )
+
+    _reset(layout)
+    report(f"generating certificates and keys in {layout.pki_dir}")
+    pki = create_pki(layout.pki_dir)
+    token = options.token or secrets.token_urlsafe(32)
+    write_private(layout.token_file, render_token_file(token))
+    ports = Ports(*allocate_ports(6))
+    write_kubeconfig(
+        layout.kubeconfig, server=ports.api_url, ca_pem=pki.ca_cert.read_bytes(), token=token
+    )
+    layout.kwok_config.write_text(render_kwok_config(bins.kwok_stages.read_text()))
+    visible_kubeconfig = options.kubeconfig_path or layout.kubeconfig
+    state = ClusterState(
+        api_url=ports.api_url,
+        kubeconfig=str(visible_kubeconfig.expanduser().resolve()),
+        profile=profile.name,
+        with_lws=options.with_lws,
+        started_at=time.time(),
+    )
+    save_state(layout, state)
+    cluster = DevCluster(layout=layout, state=state, kubectl_path=bins.kubectl)
+    try:
+        _bring_up(cluster, bins, pki, ports, token, profile, deadline, report)
+    except BaseException as err:
+        # Includes KeyboardInterrupt: never leave half a control plane running.
+        tails = cluster.log_tails()
+        cluster.stop()
+        if not isinstance(err, Exception):
+            raise
+        raise DevClusterError(f"dev cluster failed to start: {err}\n{tails}") from err
+
+    if options.kubeconfig_path is not None:
+        write_private(options.kubeconfig_path.expanduser(), layout.kubeconfig.read_text())
+    cluster.state = cluster.state.model_copy(update={"ready_after_s": time.monotonic() - began})
+    save_state(layout, cluster.state)
+    report(f"ready after {cluster.state.ready_after_s:.1f}s at {ports.api_url}")
+    return cluster
+
+
+def _bring_up(
+    cluster: DevCluster,
+    bins: ClusterBinaries,
+    pki: Pki,
+    ports: Ports,
+    token: str,
+    profile: NodeProfile,
+    deadline: float,
+    report: Callable[[str], None],
+) -> None:
+    def remaining() -> float:
+        return max(1.0, deadline - time.monotonic())
+
+    def wait_healthy(component: Component, *, verify: bool) -> None:
+        wait_until(
+            lambda: (
+                http_status(component.health_url, ca_cert=pki.ca_cert, token=token, verify=verify)
+                == 200
+            ),
+            timeout_s=remaining(),
+            what=f"{component.name} at {component.health_url}",
+            abort=lambda: cluster._exit_reason(component.name),
+        )
+
+    etcd, apiserver, *controllers = render_components(bins, cluster.layout, pki, ports)
+    for component in (etcd, apiserver):
+        report(f"starting {component.name}")
+        cluster._launch(component)
+        wait_healthy(component, verify=True)
+    # The controllers only need the apiserver; start them together, then wait for each.
+    for component in controllers:
+        report(f"starting {component.name}")
+        cluster._launch(component)
+    for component in controllers:
+        wait_healthy(component, verify=False)
+
+    # Pods are refused in a namespace until the controller manager created its
+    # `default` ServiceAccount.
+    report("waiting for the default ServiceAccount")
+    wait_until(
+        lambda: (
+            http_status(
+                f"{ports.api_url}/api/v1/namespaces/default/serviceaccounts/default",
+                ca_cert=pki.ca_cert,
+                token=token,
+            )
+            == 200
+        ),
+        timeout_s=remaining(),
+        what="the default ServiceAccount",
+        abort=lambda: cluster._exit_reason("kube-controller-manager"),
+    )
+
+    nodes = render_profile(profile)
+    report(f"creating {len(nodes)} simulated nodes (profile {profile.name})")
+    node_list = {"apiVersion": "v1", "kind": "List", "items": nodes}
+    cluster.kubectl("create", "-f", "-", input=json.dumps(node_list))
+    # kwok marks them Ready and keeps their leases fresh: this proves kwok works.
+    wait_until(
+        lambda: cluster.ready_node_count() == len(nodes),
+        timeout_s=remaining(),
+        what=f"{len(nodes)} Ready nodes",
+        abort=lambda: cluster._exit_reason("kwok"),
+    )
+
+    if cluster.state.with_lws and bins.lws_crd is not None:
+        report("installing the LeaderWorkerSet CRD")
+        cluster.kubectl(
+            "apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "-f", str(bins.lws_crd)
+        )
+        cluster.wait_crd_established(LWS_CRD_NAME, timeout_s=remaining())
+
+
+def _refuse_if_running(layout: StateLayout) -> None:
+    try:
+        state = load_state(layout)
+    except ValueError:
+        return  # an unreadable state file cannot describe anything we could stop
+    if state is not None and any(processes.is_running(p) for p in state.processes):
+        raise DevClusterError(
+            f"a dev cluster is already running from {layout.root}; "
+            "stop it first (`tandem dev cluster down`)"
+        )
+
+
+def _reset(layout: StateLayout) -> None:
+    """Remove what a previous run left, but only the entries this layout owns."""
+    layout.root.mkdir(parents=True, exist_ok=True)
+    for entry in layout.owned_entries():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink(missing_ok=True)

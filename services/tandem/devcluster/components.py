@@ -1,0 +1,159 @@
+"""Command lines of the five control-plane components (pure: paths and ports in, argv out).
+
+Everything listens on 127.0.0.1 only. Pod and Service addresses are fake: kwok hands out
+pod IPs from an RFC 2544 benchmarking range and reports the TEST-NET-1 documentation
+address as every node's IP, so nothing can route to them by accident. Never dial them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tandem.devcluster.binaries import ClusterBinaries
+from tandem.devcluster.layout import StateLayout
+from tandem.devcluster.pki import Pki
+
+HOST = "127.0.0.1"
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "198.18.0.0/16"
+NODE_IP = "192.0.2.1"
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+# The node lifecycle controller marks a node NotReady when its Lease is older than its
+# grace period; kwok renews leases only when this is set (kwokctl uses 40s as well).
+NODE_LEASE_DURATION_S = 40
+KWOK_NODE_SELECTOR = "kwok.x-k8s.io/node=fake"
+
+# No KwokConfiguration document on purpose: kwok applies its option defaults (lease and
+# stage parallelism, ...) only when the config has none, and a partial one leaves them 0.
+# Options are passed as flags instead.
+KWOK_CONFIG_HEADER = "# kwok --config for the Tandem dev cluster: the Stage objects only.\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Ports:
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    controller_manager: int
+    scheduler: int
+    kwok: int
+
+    @property
+    def api_url(self) -> str:
+        return f"https://{HOST}:{self.apiserver}"
+
+    @property
+    def etcd_url(self) -> str:
+        return f"http://{HOST}:{self.etcd_client}"
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    """One process to run and the URL that answers 200 once it is healthy."""
+
+    name: str
+    argv: tuple[str, ...]
+    health_url: str
+
+
+def render_kwok_config(stages_yaml: str) -> str:
+    """kwok's --config: the Stage documents (kwok refuses to start without them)."""
+    return KWOK_CONFIG_HEADER + stages_yaml
+
+
+def render_components(
+    bins: ClusterBinaries, layout: StateLayout, pki: Pki, ports: Ports
+) -> tuple[Component, ...]:
+    """The components in start order; stop them in reverse."""
+    kubeconfig = str(layout.kubeconfig)
+    # The controller manager and scheduler serve /healthz over TLS with a self-signed
+    # certificate. They get no --authentication/authorization-kubeconfig: /healthz is
+    # always allowed, and delegated authentication would poll for a front-proxy CA bundle
+    # this cluster does not have, logging an error each time.
+    controller_flags = (
+        f"--kubeconfig={kubeconfig}",
+        "--leader-elect=false",
+        f"--bind-address={HOST}",
+    )
+    etcd = Component(
+        name="etcd",
+        argv=(
+            str(bins.path("etcd")),
+            "--name=devcluster",
+            f"--data-dir={layout.etcd_dir}",
+            f"--listen-client-urls={ports.etcd_url}",
+            f"--advertise-client-urls={ports.etcd_url}",
+            f"--listen-peer-urls=http://{HOST}:{ports.etcd_peer}",
+            f"--initial-advertise-peer-urls=http://{HOST}:{ports.etcd_peer}",
+            f"--initial-cluster=devcluster=http://{HOST}:{ports.etcd_peer}",
+            # Throwaway data: fsync only slows tests down.
+            "--unsafe-no-fsync",
+            "--log-level=warn",
+        ),
+        health_url=f"{ports.etcd_url}/health",
+    )
+    apiserver = Component(
+        name="kube-apiserver",
+        argv=(
+            str(bins.path("kube-apiserver")),
+            f"--etcd-servers={ports.etcd_url}",
+            f"--bind-address={HOST}",
+            f"--advertise-address={HOST}",
+            f"--secure-port={ports.apiserver}",
+            f"--tls-cert-file={pki.serving_cert}",
+            f"--tls-private-key-file={pki.serving_key}",
+            f"--cert-dir={layout.pki_dir / 'apiserver'}",
+            # No real endpoints exist for the `kubernetes` Service; do not publish 127.0.0.1.
+            "--endpoint-reconciler-type=none",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-account-key-file={pki.service_account_key}",
+            f"--service-account-signing-key-file={pki.service_account_key}",
+            f"--token-auth-file={layout.token_file}",
+            "--authorization-mode=RBAC",
+            "--allow-privileged=true",
+            "--profiling=false",
+        ),
+        health_url=f"{ports.api_url}/readyz",
+    )
+    controller_manager = Component(
+        name="kube-controller-manager",
+        argv=(
+            str(bins.path("kube-controller-manager")),
+            *controller_flags,
+            f"--secure-port={ports.controller_manager}",
+            f"--cert-dir={layout.pki_dir / 'kube-controller-manager'}",
+            f"--service-account-private-key-file={pki.service_account_key}",
+            f"--root-ca-file={pki.ca_cert}",
+            "--cluster-name=tandem-dev",
+            "--profiling=false",
+        ),
+        health_url=f"https://{HOST}:{ports.controller_manager}/healthz",
+    )
+    scheduler = Component(
+        name="kube-scheduler",
+        argv=(
+            str(bins.path("kube-scheduler")),
+            *controller_flags,
+            f"--secure-port={ports.scheduler}",
+            f"--cert-dir={layout.pki_dir / 'kube-scheduler'}",
+            "--profiling=false",
+        ),
+        health_url=f"https://{HOST}:{ports.scheduler}/healthz",
+    )
+    kwok = Component(
+        name="kwok",
+        argv=(
+            str(bins.path("kwok")),
+            f"--kubeconfig={kubeconfig}",
+            f"--config={layout.kwok_config}",
+            "--manage-all-nodes=false",
+            f"--manage-nodes-with-annotation-selector={KWOK_NODE_SELECTOR}",
+            f"--cidr={POD_CIDR}",
+            f"--node-ip={NODE_IP}",
+            f"--node-lease-duration-seconds={NODE_LEASE_DURATION_S}",
+            f"--server-address={HOST}:{ports.kwok}",
+        ),
+        health_url=f"http://{HOST}:{ports.kwok}/healthz",
+    )
+    return (etcd, apiserver, controller_manager, scheduler, kwok)

@@ -1,0 +1,92 @@
+"""The e2e tier runs against one real control plane per session (tests/cluster).
+
+``k8s_cluster`` builds the binaries if needed (tests/cluster/build.sh, a no-op when its
+stamp matches), starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
+kwok with the ``default`` node profile, and stops them at the end of the session. When a
+test that used the cluster fails, the tails of the component logs are attached to its
+report; the full logs stay in the session's temporary directory.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Generator, Iterator
+from functools import cache
+
+import pytest
+
+from tandem.devcluster import (
+    DevCluster,
+    StartOptions,
+    find_build_script,
+    locate_binaries,
+    start_cluster,
+)
+from tandem.devcluster.binaries import ClusterBinaries
+
+CLUSTER_FIXTURES = ("k8s_cluster", "cluster_binaries")
+# A cold build is 15-25 minutes on 2 cores; a matching stamp makes it instant.
+BUILD_TIMEOUT_S = 3600
+
+
+@cache
+def _build() -> str | None:
+    """Run tests/cluster/build.sh once per session; the error text if it failed."""
+    script = find_build_script()
+    if script is None:
+        return None  # installed outside a checkout: rely on TANDEM_CLUSTER_BIN
+    result = subprocess.run(
+        [str(script)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False
+    )
+    if result.returncode != 0:
+        return f"{script} failed ({result.returncode}):\n{result.stderr[-4000:]}"
+    return None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Build here, before any test starts, so the per-test timeout (600 s) does not cut a
+    # cold build short; the fixtures then find the stamp matching.
+    if session.config.option.collectonly:
+        return
+    if any(set(CLUSTER_FIXTURES) & set(getattr(i, "fixturenames", ())) for i in session.items):
+        _build()
+
+
+@pytest.fixture(scope="session")
+def cluster_binaries() -> ClusterBinaries:
+    error = _build()
+    if error is not None:
+        pytest.fail(error, pytrace=False)
+    return locate_binaries()
+
+
+@pytest.fixture(scope="session")
+def k8s_cluster(
+    cluster_binaries: ClusterBinaries, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[DevCluster]:
+    cluster = start_cluster(
+        StartOptions(
+            state_dir=tmp_path_factory.mktemp("devcluster"),
+            profile="default",
+            bin_dir=cluster_binaries.bin_dir,
+            # Later tiers render LeaderWorkerSets; install the CRD whenever it was built.
+            with_lws=cluster_binaries.lws_crd is not None,
+        )
+    )
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    cluster = getattr(item, "funcargs", {}).get("k8s_cluster")
+    if report.failed and isinstance(cluster, DevCluster):
+        report.sections.append(
+            (f"devcluster logs ({cluster.layout.logs_dir})", cluster.log_tails(lines=30))
+        )
+    return report

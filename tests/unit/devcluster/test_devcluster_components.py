@@ -1,0 +1,114 @@
+"""Command lines, kubeconfig and kwok config are pure renderings: check the contracts the
+running cluster depends on."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tandem.devcluster.binaries import ClusterBinaries
+from tandem.devcluster.components import (
+    NODE_IP,
+    POD_CIDR,
+    Ports,
+    render_components,
+    render_kwok_config,
+)
+from tandem.devcluster.kubeconfig import render_kubeconfig, render_token_file
+from tandem.devcluster.layout import StateLayout
+from tandem.devcluster.pki import Pki, render_openssl_config
+
+PORTS = Ports(
+    etcd_client=2379, etcd_peer=2380, apiserver=6443, controller_manager=10257,
+    scheduler=10259, kwok=10247,
+)  # fmt: skip
+
+
+def _render() -> dict[str, tuple[str, ...]]:
+    root = Path("/state")
+    pki = Pki(
+        ca_cert=root / "ca.crt",
+        serving_cert=root / "s.crt",
+        serving_key=root / "s.key",
+        service_account_key=root / "sa.key",
+    )
+    bins = ClusterBinaries(bin_dir=Path("/bin-dir"), kubectl=Path("/kubectl"))
+    return {c.name: c.argv for c in render_components(bins, StateLayout(root), pki, PORTS)}
+
+
+def test_components_start_in_dependency_order() -> None:
+    assert list(_render()) == [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok",
+    ]
+
+
+def test_everything_listens_on_loopback_only() -> None:
+    for name, argv in _render().items():
+        for arg in argv:
+            if arg.startswith(("--bind-address=", "--listen-", "--server-address=")):
+                assert "127.0.0.1" in arg, (name, arg)
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "--authorization-mode=RBAC",
+        "--token-auth-file=/state/tokens.csv",
+        "--service-account-key-file=/state/sa.key",
+        "--service-account-signing-key-file=/state/sa.key",
+        "--etcd-servers=http://127.0.0.1:2379",
+        "--secure-port=6443",
+    ],
+)
+def test_apiserver_flags(flag: str) -> None:
+    assert flag in _render()["kube-apiserver"]
+
+
+def test_controller_manager_signs_service_account_tokens() -> None:
+    argv = _render()["kube-controller-manager"]
+    assert "--service-account-private-key-file=/state/sa.key" in argv
+    assert "--leader-elect=false" in argv
+
+
+def test_kwok_manages_only_annotated_nodes_with_fake_addresses() -> None:
+    argv = _render()["kwok"]
+    assert "--manage-all-nodes=false" in argv
+    assert "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake" in argv
+    assert f"--cidr={POD_CIDR}" in argv
+    assert f"--node-ip={NODE_IP}" in argv
+    assert any(a.startswith("--node-lease-duration-seconds=") for a in argv)
+
+
+def test_kwok_config_holds_only_the_stages() -> None:
+    # A KwokConfiguration document would switch off kwok's option defaults.
+    stages = "---\nkind: Stage\nmetadata:\n  name: a\n---\nkind: Stage\nmetadata:\n  name: b\n"
+    docs = [d for d in yaml.safe_load_all(render_kwok_config(stages)) if d is not None]
+    assert [d["kind"] for d in docs] == ["Stage", "Stage"]
+
+
+def test_kubeconfig_trusts_the_ca_and_uses_the_token() -> None:
+    config = render_kubeconfig(server="https://127.0.0.1:6443", ca_pem=b"PEM", token="t0k")
+    parsed = yaml.safe_load(yaml.safe_dump(config))
+    (cluster,) = parsed["clusters"]
+    assert cluster["cluster"]["server"] == "https://127.0.0.1:6443"
+    assert base64.b64decode(cluster["cluster"]["certificate-authority-data"]) == b"PEM"
+    (user,) = parsed["users"]
+    assert user["user"] == {"token": "t0k"}
+    assert parsed["current-context"] == parsed["contexts"][0]["name"]
+
+
+def test_token_file_puts_admin_in_system_masters() -> None:
+    assert render_token_file("abc") == 'abc,admin,admin,"system:masters"\n'
+
+
+def test_serving_certificate_covers_loopback() -> None:
+    config = render_openssl_config(["127.0.0.1"], ["localhost"])
+    assert "subjectAltName = IP:127.0.0.1, DNS:localhost" in config
+    assert "CA:TRUE" in config

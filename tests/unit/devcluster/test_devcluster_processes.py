@@ -1,0 +1,97 @@
+"""Process lifecycle with real (harmless) processes: no network, a second at most."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from tandem.devcluster import processes
+from tandem.devcluster.ports import allocate_ports
+from tandem.devcluster.probes import wait_until
+
+
+def _spawn(tmp_path: Path, code: str) -> processes.ProcessRecord:
+    log = tmp_path / "p.log"
+    child = processes.spawn("p", [sys.executable, "-c", code], log)
+    return processes.record_of("p", child, log)
+
+
+def test_stop_terminates_the_whole_process_group(tmp_path: Path) -> None:
+    # The leader forks a grandchild that would survive if only the leader were signalled.
+    code = (
+        "import os, subprocess, sys, time\n"
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print(c.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    record = _spawn(tmp_path, code)
+    log = Path(record.log)
+    wait_until(lambda: log.read_text().strip() != "", timeout_s=10, what="grandchild pid")
+    grandchild = int(log.read_text().split()[0])
+    assert processes.is_running(record)
+    assert processes.rss_bytes(record) > 0
+    assert os.getpgid(grandchild) == record.pid
+
+    processes.stop(record, grace_s=5)
+
+    assert not processes.is_running(record)
+    wait_until(lambda: not _alive(grandchild), timeout_s=5, what="grandchild exit")
+
+
+def test_stop_escalates_to_sigkill(tmp_path: Path) -> None:
+    code = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    record = _spawn(tmp_path, code)
+    log = Path(record.log)
+    wait_until(lambda: "ready" in log.read_text(), timeout_s=10, what="SIGTERM ignored")
+    began = time.monotonic()
+    processes.stop(record, grace_s=0.3)
+    assert not processes.is_running(record)
+    assert time.monotonic() - began < 5
+
+
+def test_a_reused_pid_is_not_ours(tmp_path: Path) -> None:
+    record = _spawn(tmp_path, "import time; time.sleep(60)")
+    impostor = processes.ProcessRecord(
+        name="p", pid=record.pid, start_ticks=record.start_ticks + 1, log=record.log
+    )
+    assert not processes.is_running(impostor)
+    processes.stop(impostor)  # must not signal the real process
+    assert processes.is_running(record)
+    processes.stop(record)
+    assert not processes.is_running(record)
+
+
+def test_stop_of_an_exited_process_is_a_no_op(tmp_path: Path) -> None:
+    record = _spawn(tmp_path, "pass")
+    wait_until(lambda: _exited_or_zombie(record.pid), timeout_s=10, what="exit")
+    processes.stop(record)
+    assert not processes.is_running(record)
+
+
+def test_allocated_ports_are_distinct() -> None:
+    ports = allocate_ports(6)
+    assert len(set(ports)) == 6
+    assert all(0 < p < 65536 for p in ports)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not _exited_or_zombie(pid)
+
+
+def _exited_or_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
