@@ -25,7 +25,7 @@ token so that the worker can batch decodes (continuous batching).
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -98,6 +98,9 @@ class EngineStats:
     kv_blocks_total: int
     kv_blocks_free: int
     kv_block_size: int
+    # Requests accepted by the engine but not yet scheduled (engines with their own
+    # scheduler, e.g. TensorRT-LLM); 0 where the worker owns the queue.
+    queued_requests: int = 0
 
     @property
     def kv_utilization(self) -> float:
@@ -160,3 +163,62 @@ class Engine(Protocol):
         ...
 
     def stats(self) -> EngineStats: ...
+
+
+class AsyncEngine(Protocol):
+    """An engine with its own scheduler and its own KV transfer (TensorRT-LLM).
+
+    Such a runtime batches requests itself and streams tokens asynchronously, so there
+    is no ``step``: the worker submits requests and consumes per-request streams. Its KV
+    moves inside the runtime (TensorRT-LLM's cache transceiver, over NIXL or UCX), not
+    through Tandem's transport: ``PrefillResult.kv`` is empty and ``PrefillResult.opaque``
+    carries the handle the decode side needs. There is no ``reserve``/``commit`` and no
+    ``kv_regions``.
+
+    Prefill side::
+
+        result = await engine.prefill(request_id, prompt, sampling)
+        # ship result (first_token, opaque) to the decode worker
+
+    Decode side (``handoff`` is the prefill worker's PrefillResult; without it the
+    engine prefills locally)::
+
+        async for out in engine.generate(request_id, prompt, sampling, handoff=result):
+            ...  # tokens after result.first_token; the last carries finish_reason
+
+    ``cancel`` aborts a running ``prefill``/``generate`` (the stream then ends with a
+    ``CANCELLED`` step or simply stops); closing the ``generate`` iterator early cancels
+    too. A stream that ends without a step carrying ``finish_reason`` was cancelled, or
+    the runtime reported the end without a new token (treat it as STOP). Every call may
+    raise EngineError with a message safe to show a user.
+    """
+
+    info: EngineInfo
+
+    async def start(self) -> None:
+        """Load the model (may take minutes); call once before anything else."""
+        ...
+
+    async def prefill(
+        self, request_id: str, prompt: Sequence[int], sampling: SamplingParams
+    ) -> PrefillResult: ...
+
+    def generate(
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        sampling: SamplingParams,
+        handoff: PrefillResult | None = None,
+    ) -> AsyncIterator[StepOutput]: ...
+
+    async def cancel(self, request_id: str) -> None:
+        """Abort a running request (idempotent; unknown ids are ignored)."""
+        ...
+
+    async def release(self, request_id: str) -> None:
+        """Prefill side: the decode worker is done with this request's KV (idempotent)."""
+        ...
+
+    async def stats(self) -> EngineStats: ...
+
+    async def close(self) -> None: ...
