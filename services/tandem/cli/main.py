@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from tandem.cli import manifests
+from tandem.cli import devcluster, local, manifests, operator, plan
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +18,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     manifests.register(sub)
+    devcluster.register(sub)
+    operator.register(sub)
+    plan.register(sub)
+    local.register(sub)
     return parser
 
 

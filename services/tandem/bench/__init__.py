@@ -1,0 +1,1 @@
+"""Benchmarks behind `make bench` (ratios measured side by side in one run)."""

@@ -1,0 +1,111 @@
+"""``tandem up``, ``tandem down`` and ``tandem status``: a cluster as local processes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tandem.api.validate import ManifestError, load_inference_cluster
+from tandem.runtime.launcher import LaunchError, detach, down, run_foreground
+from tandem.runtime.plan import WORKER_MODULE
+from tandem.runtime.state import cluster_dir, list_clusters
+from tandem.runtime.status import collect_status, render_status
+
+EXIT_USAGE = 2
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    try:
+        cluster = load_inference_cluster(args.filename)
+    except ManifestError as exc:
+        for error in exc.errors:
+            print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    port = cluster.spec.frontend.port if args.port is None else args.port
+    try:
+        module = args.worker_module
+        if args.detach:
+            return detach(
+                Path(args.filename).resolve(),
+                cluster,
+                port=port,
+                progress=_say,
+                worker_module=module,
+            )
+        return run_foreground(cluster, port=port, progress=_say, worker_module=module)
+    except LaunchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _pick_cluster(args: argparse.Namespace) -> str | None:
+    """The cluster a command targets: --name, the name in -f FILE, or the only one."""
+    if args.name:
+        return str(args.name)
+    if args.filename:
+        try:
+            return load_inference_cluster(args.filename).metadata.name
+        except ManifestError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return None
+    running = list_clusters()
+    if len(running) == 1:
+        return running[0]
+    if not running:
+        print("no local cluster is running (start one with `tandem up -f FILE`)", file=sys.stderr)
+    else:
+        print(f"several clusters run ({', '.join(running)}); pass --name", file=sys.stderr)
+    return None
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    names = list_clusters() if args.all else [_pick_cluster(args)]
+    if None in names:
+        return 1
+    for name in names:
+        if name is not None:
+            down(name, progress=_say)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    name = _pick_cluster(args)
+    if name is None:
+        return 1
+    status = collect_status(cluster_dir(name))
+    if status is None:
+        print(f"cluster {name!r} is not running", file=sys.stderr)
+        return 1
+    print(json.dumps(status, indent=2) if args.json else render_status(status))
+    return 0
+
+
+def _target(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-f", "--filename", help="the InferenceCluster file")
+    parser.add_argument("--name", help="the cluster's metadata.name")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser("up", help="run an InferenceCluster as local processes")
+    p.add_argument("-f", "--filename", required=True, help="the InferenceCluster file")
+    p.add_argument("--port", type=int, help="frontend port (default spec.frontend.port; 0=any)")
+    p.add_argument("--detach", action="store_true", help="return once ready; stop with down")
+    # Another worker program speaking the same gRPC API (tests: tandem.router.null_worker).
+    p.add_argument("--worker-module", default=WORKER_MODULE, help=argparse.SUPPRESS)
+    p.set_defaults(handler=cmd_up)
+
+    p = subparsers.add_parser("down", help="stop a local cluster started by `tandem up`")
+    _target(p)
+    p.add_argument("--all", action="store_true", help="stop every local cluster")
+    p.set_defaults(handler=cmd_down)
+
+    p = subparsers.add_parser("status", help="show a local cluster's pools and workers")
+    _target(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=cmd_status)

@@ -1,0 +1,252 @@
+"""HTTP routes: map requests to ``OpenAIServing`` and its results to JSON or SSE.
+
+Every response carries ``x-request-id``; every error leaves through ``error_response``
+(one mapping from ``TandemError`` to OpenAI's body); unexpected exceptions are logged
+with their traceback and answered with a generic 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import asdict
+from typing import Protocol, TypeVar
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import BaseModel
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from tandem.errors import TandemError
+from tandem.frontend.errors import (
+    InternalError,
+    MethodNotAllowedError,
+    RequestTooLargeError,
+    RouteNotFoundError,
+)
+from tandem.frontend.metrics import FrontendMetrics
+from tandem.frontend.preparation import RequestContext
+from tandem.frontend.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ErrorInfo,
+    ErrorResponse,
+)
+from tandem.frontend.serving import OpenAIServing
+from tandem.frontend.validation import parse_request
+from tandem.router.errors import OverloadedError
+from tandem.router.messages import WorkerView
+
+logger = logging.getLogger(__name__)
+
+REQUEST_ID_HEADER = "x-request-id"
+_CLIENT_REQUEST_ID = re.compile(r"[A-Za-z0-9._\-]{1,64}")
+# nginx's "client closed request": never seen by the client, only in metrics.
+CLIENT_CLOSED = 499
+DEFAULT_DRAIN_GRACE_SECONDS = 600.0
+MAX_DRAIN_GRACE_SECONDS = 3600.0
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+Handler = Callable[[Request, RequestContext], Awaitable[Response]]
+T = TypeVar("T")
+
+
+class ClusterHealth(Protocol):
+    def ready(self) -> bool: ...
+
+    def workers(self) -> list[WorkerView]: ...
+
+    async def drain(self, grace_seconds: float) -> int: ...
+
+
+class _ClientGone(Exception):
+    pass
+
+
+def create_app(
+    *,
+    serving: OpenAIServing,
+    health: ClusterHealth,
+    metrics: FrontendMetrics,
+    registry: CollectorRegistry,
+    max_body_bytes: int,
+    id_factory: Callable[[], str],
+    lifespan: Callable[[Starlette], AbstractAsyncContextManager[None]] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Starlette:
+    def request_id_for(request: Request) -> str:
+        offered = request.headers.get(REQUEST_ID_HEADER, "")
+        return offered if _CLIENT_REQUEST_ID.fullmatch(offered) else id_factory()
+
+    def endpoint(name: str, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def run(request: Request) -> Response:
+            ctx = RequestContext(request_id=request_id_for(request), arrival=clock())
+            try:
+                response = await handler(request, ctx)
+            except TandemError as exc:
+                response = error_response(exc, metrics)
+            except _ClientGone:
+                logger.info("request %s: client disconnected", ctx.request_id)
+                response = Response(status_code=CLIENT_CLOSED)
+            except Exception:  # the one place that turns bugs into a generic 500
+                logger.exception("request %s failed", ctx.request_id)
+                response = error_response(
+                    InternalError(f"internal error (request id {ctx.request_id})"), metrics
+                )
+            response.headers[REQUEST_ID_HEADER] = ctx.request_id
+            metrics.requests.labels(name, str(response.status_code)).inc()
+            if isinstance(response, StreamingResponse):
+                response.body_iterator = _observe(
+                    response.body_iterator, lambda: _observe_duration(name, ctx)
+                )
+            else:
+                _observe_duration(name, ctx)
+            return response
+
+        return run
+
+    def _observe_duration(name: str, ctx: RequestContext) -> None:
+        metrics.request_seconds.labels(name).observe(clock() - ctx.arrival)
+
+    async def read_body(request: Request) -> bytes:
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > max_body_bytes:
+            raise _too_large(max_body_bytes)
+        size, parts = 0, []
+        async for part in request.stream():
+            size += len(part)
+            if size > max_body_bytes:
+                raise _too_large(max_body_bytes)
+            parts.append(part)
+        return b"".join(parts)
+
+    async def chat_completions(request: Request, ctx: RequestContext) -> Response:
+        body = parse_request(ChatCompletionRequest, await read_body(request))
+        result = await _until_disconnect(request, serving.create_chat_completion(body, ctx))
+        return _to_response(result)
+
+    async def completions(request: Request, ctx: RequestContext) -> Response:
+        body = parse_request(CompletionRequest, await read_body(request))
+        result = await _until_disconnect(request, serving.create_completion(body, ctx))
+        return _to_response(result)
+
+    async def models(request: Request, ctx: RequestContext) -> Response:
+        return JSONResponse(serving.list_models().model_dump())
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        ready = health.ready()
+        body = {"ready": ready, "workers": [asdict(w) for w in health.workers()]}
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    async def drain(request: Request) -> Response:
+        """Stop admitting (readiness fails), then answer once in-flight requests are done
+        or ``grace_seconds`` (query, default 600) passed: Kubernetes' preStop hook."""
+        raw = request.query_params.get("grace_seconds", str(DEFAULT_DRAIN_GRACE_SECONDS))
+        try:
+            grace = min(float(raw), MAX_DRAIN_GRACE_SECONDS)
+        except ValueError:
+            grace = DEFAULT_DRAIN_GRACE_SECONDS
+        return JSONResponse({"in_flight": await health.drain(grace)})
+
+    async def prometheus(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        error: TandemError
+        if status == 404:
+            error = RouteNotFoundError(f"no route for {request.method} {request.url.path}")
+        elif status == 405:
+            error = MethodNotAllowedError(f"{request.method} is not allowed on {request.url.path}")
+        elif status < 500:
+            detail = exc.detail if isinstance(exc, HTTPException) else "bad request"
+            error = TandemError(str(detail), type="invalid_request_error", http_status=status)
+        else:
+            error = InternalError("internal error")
+        response = error_response(error, metrics)
+        response.headers[REQUEST_ID_HEADER] = request_id_for(request)
+        return response
+
+    routes = [
+        Route("/v1/chat/completions", endpoint("chat", chat_completions), methods=["POST"]),
+        Route("/v1/completions", endpoint("completions", completions), methods=["POST"]),
+        Route("/v1/models", endpoint("models", models), methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", prometheus, methods=["GET"]),
+        Route("/drain", drain, methods=["GET", "POST"]),
+    ]
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: http_error, Exception: http_error},
+    )
+
+
+def error_response(exc: TandemError, metrics: FrontendMetrics | None = None) -> JSONResponse:
+    """The single mapping from a ``TandemError`` to OpenAI's error body and status."""
+    if metrics is not None:
+        metrics.errors.labels(exc.code or exc.type).inc()
+    body = ErrorResponse(
+        error=ErrorInfo(message=exc.message, type=exc.type, param=exc.param, code=exc.code)
+    )
+    headers = {}
+    if isinstance(exc, OverloadedError):
+        headers["retry-after"] = str(exc.retry_after_seconds)
+    return JSONResponse(body.model_dump(), status_code=exc.http_status, headers=headers)
+
+
+def _too_large(limit: int) -> RequestTooLargeError:
+    return RequestTooLargeError(f"the request body exceeds the {limit}-byte limit")
+
+
+def _to_response(result: BaseModel | AsyncIterator[str]) -> Response:
+    if isinstance(result, BaseModel):
+        return JSONResponse(result.model_dump())
+    return StreamingResponse(result, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+async def _until_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """Run ``work``, cancelling it if the client disconnects first."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_wait_for_disconnect(request))
+    try:
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait((task,))
+    if task.cancelled() and watcher.done() and not watcher.cancelled():
+        raise _ClientGone()
+    return task.result()
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _observe(
+    body: AsyncIterable[str | bytes | memoryview], done: Callable[[], None]
+) -> AsyncIterator[str | bytes | memoryview]:
+    try:
+        async for item in body:
+            yield item
+    finally:
+        done()
+        aclose = getattr(body, "aclose", None)
+        if aclose is not None:
+            await aclose()

@@ -1,0 +1,163 @@
+"""The frontend's configuration document (``--config FILE``, JSON or YAML).
+
+It is the operator/frontend contract document (``tandem_operator.contract.
+render_frontend_config``: camelCase, ``contractVersion: 1``), which the local runtime
+also writes through :func:`render_frontend_config`. Optional sections the operator does
+not emit (``engineKind``, ``router``, ``maxBodyBytes``) tune the router; their defaults
+suit a Kubernetes deployment. Unknown keys are ignored so that a newer operator's
+documents still load.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from tandem.api.v1alpha1 import EngineKind, InferenceCluster, ModelSpec, RoutingPolicy
+from tandem.router.messages import RouterConfig
+from tandem.router.policy import PolicyConfig
+
+CONTRACT_VERSION = 1
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True
+    )
+
+
+class DisaggregationSettings(_Doc):
+    min_prefill_tokens: int = Field(default=512, ge=0)
+
+
+class FrontendSettings(_Doc):
+    routing_policy: RoutingPolicy = RoutingPolicy.KV_AWARE
+    disaggregation: DisaggregationSettings = Field(default_factory=DisaggregationSettings)
+    max_queued_requests: int = Field(default=256, ge=1)
+
+
+class RouterTuning(_Doc):
+    """Knobs beyond the spec; ``None`` means "derive from the engine kind"."""
+
+    block_tokens: int = Field(default=128, ge=1)
+    decode_prefix_cache: bool | None = None
+    prefill_saturation_tokens: int | None = Field(default=None, ge=1)
+    max_active_requests: int | None = Field(default=None, ge=1)
+    retry_after_seconds: int = Field(default=1, ge=0)
+    prefill_timeout_seconds: float | None = Field(default=None, gt=0)
+    stall_timeout_seconds: float = Field(default=120.0, gt=0)
+    health_interval_seconds: float = Field(default=1.0, gt=0)
+    health_timeout_seconds: float = Field(default=2.0, gt=0)
+    max_prefill_attempts: int = Field(default=2, ge=1)
+    max_decode_attempts: int = Field(default=3, ge=1)
+
+
+class FrontendConfig(_Doc):
+    contract_version: int = CONTRACT_VERSION
+    cluster: str = ""
+    model: ModelSpec
+    served_model_name: str | None = None
+    frontend: FrontendSettings = Field(default_factory=FrontendSettings)
+    # Pool role -> target: "dns:///host:port", "file:///path", "host:port" or a list.
+    workers: dict[str, str | list[str]] = Field(default_factory=dict)
+    kv_transfer_timeout_seconds: float = Field(default=30.0, gt=0)
+    engine_kind: EngineKind = EngineKind.REFERENCE
+    router: RouterTuning = Field(default_factory=RouterTuning)
+    max_body_bytes: int | None = Field(default=None, ge=1024)
+    # The engine's context window, when smaller than maxInputTokens + maxOutputTokens.
+    max_context_tokens: int | None = Field(default=None, ge=2)
+
+    @property
+    def served_model(self) -> str:
+        return self.served_model_name or self.model.public_name
+
+    @property
+    def context_tokens(self) -> int:
+        """Prompt plus completion limit: the engine's window, within the model's limits."""
+        declared = self.model.max_input_tokens + self.model.max_output_tokens
+        return min(declared, self.max_context_tokens or declared)
+
+    @property
+    def body_limit(self) -> int:
+        """Room for the longest prompt as JSON token ids (~8 bytes each) or escaped text."""
+        if self.max_body_bytes is not None:
+            return self.max_body_bytes
+        return max(1 << 20, 32 * self.model.max_input_tokens)
+
+
+def compute_router_config(config: FrontendConfig) -> RouterConfig:
+    """Pure: the router settings a frontend document asks for."""
+    tuning = config.router
+    max_input = config.model.max_input_tokens
+    trtllm = config.engine_kind is EngineKind.TRTLLM
+    # The CPU reference engine prefills a long prompt in minutes, a GPU in about a second.
+    prefill_timeout = tuning.prefill_timeout_seconds or (120.0 if trtllm else 900.0)
+    queued = config.frontend.max_queued_requests
+    policy = PolicyConfig(
+        routing=config.frontend.routing_policy,
+        min_prefill_tokens=config.frontend.disaggregation.min_prefill_tokens,
+        block_tokens=tuning.block_tokens,
+        # TensorRT-LLM reuses cached prefixes; the reference engine does not.
+        decode_prefix_cache=trtllm
+        if tuning.decode_prefix_cache is None
+        else (tuning.decode_prefix_cache),
+        # A prefill worker with several maximal prompts queued is saturated.
+        prefill_saturation_tokens=tuning.prefill_saturation_tokens or 4 * max_input,
+    )
+    return RouterConfig(
+        policy=policy,
+        max_queued_requests=queued,
+        max_active_requests=tuning.max_active_requests or 4 * queued,
+        retry_after_seconds=tuning.retry_after_seconds,
+        prefill_timeout_seconds=prefill_timeout,
+        first_token_timeout_seconds=prefill_timeout + config.kv_transfer_timeout_seconds,
+        stall_timeout_seconds=tuning.stall_timeout_seconds,
+        health_interval_seconds=tuning.health_interval_seconds,
+        health_timeout_seconds=tuning.health_timeout_seconds,
+        max_prefill_attempts=tuning.max_prefill_attempts,
+        max_decode_attempts=tuning.max_decode_attempts,
+    )
+
+
+def render_frontend_config(
+    cluster: InferenceCluster,
+    workers: dict[str, str | list[str]],
+    *,
+    router: RouterTuning | None = None,
+) -> dict[str, object]:
+    """Pure: the contract document for ``cluster`` with the given worker targets
+    (the operator renders the same shape with DNS targets)."""
+    spec = cluster.spec
+    doc = FrontendConfig(
+        cluster=cluster.metadata.name,
+        model=spec.model,
+        served_model_name=spec.model.public_name,
+        frontend=FrontendSettings(
+            routing_policy=spec.frontend.routing_policy,
+            disaggregation=DisaggregationSettings(
+                min_prefill_tokens=spec.frontend.disaggregation.min_prefill_tokens
+            ),
+            max_queued_requests=spec.frontend.max_queued_requests,
+        ),
+        workers=workers,
+        kv_transfer_timeout_seconds=spec.kv_transfer.timeout_seconds,
+        engine_kind=spec.engine.kind,
+        router=router or RouterTuning(),
+    )
+    return doc.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def load_frontend_config(path: Path) -> FrontendConfig:
+    text = path.read_text()
+    data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    config = FrontendConfig.model_validate(data)
+    if config.contract_version != CONTRACT_VERSION:
+        raise ValueError(
+            f"{path}: contractVersion {config.contract_version} is not supported "
+            f"(this frontend reads version {CONTRACT_VERSION})"
+        )
+    return config

@@ -1,0 +1,60 @@
+"""The frontend's Prometheus series (latency as clients see it, requests, errors).
+
+Labels are bounded: ``endpoint`` (chat|completions|models|other), ``status`` (HTTP
+status code), ``code`` (our error codes), ``path`` (remote|local).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.5)
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class FrontendMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.requests = Counter(
+            "tandem_frontend_requests_total",
+            "HTTP requests answered, by endpoint and status code.",
+            ["endpoint", "status"],
+            registry=registry,
+        )
+        self.errors = Counter(
+            "tandem_frontend_errors_total",
+            "Errors returned to clients (or ending a stream), by error code.",
+            ["code"],
+            registry=registry,
+        )
+        self.request_seconds = Histogram(
+            "tandem_frontend_request_duration_seconds",
+            "Arrival to last byte, by endpoint.",
+            ["endpoint"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.ttft_seconds = Histogram(
+            "tandem_frontend_time_to_first_token_seconds",
+            "Arrival to first generated token, by prefill path (remote|local).",
+            ["path"],
+            buckets=TTFT_BUCKETS,
+            registry=registry,
+        )
+        self.itl_seconds = Histogram(
+            "tandem_frontend_inter_token_latency_seconds",
+            "Time between consecutive generated tokens.",
+            buckets=ITL_BUCKETS,
+            registry=registry,
+        )
+        self.prompt_tokens = Counter(
+            "tandem_frontend_prompt_tokens_total",
+            "Prompt tokens of requests that reached a worker.",
+            registry=registry,
+        )
+        self.generation_tokens = Counter(
+            "tandem_frontend_generation_tokens_total",
+            "Tokens generated for clients.",
+            registry=registry,
+        )

@@ -1,0 +1,1 @@
+"""The router: pure routing policy (``policy``) and its I/O shell (``service``)."""

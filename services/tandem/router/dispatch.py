@@ -1,0 +1,415 @@
+"""One request's journey through the workers: route, prefill, decode, retry.
+
+- a failed remote prefill moves to another prefill worker, then to local prefill;
+- a decode failure before the first token retries on another decode worker (reusing
+  the prefilled KV when the failure was the decode worker's, prefilling locally
+  otherwise); after the first token a failure ends the stream with an error;
+- closing the generator (client gone) cancels the worker stream and releases any KV
+  still parked on a prefill worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass, field
+
+from tandem.api.v1alpha1 import RoutingPolicy
+from tandem.engines.base import FinishReason
+from tandem.errors import TandemError
+from tandem.router.errors import (
+    GenerationFailedError,
+    NoWorkerAvailableError,
+    OverloadedError,
+    WorkerRejectedError,
+)
+from tandem.router.messages import GenerationChunk, GenerationRequest, RouteInfo, RouterConfig
+from tandem.router.metrics import RouterMetrics
+from tandem.router.policy import (
+    DecisionReason,
+    PolicyConfig,
+    PrefillPath,
+    RouteDecision,
+    RouteRequest,
+    affinity_key,
+    choose_prefill_worker,
+    choose_route,
+    compute_block_hashes,
+)
+from tandem.router.ports import (
+    DecodeChunk,
+    PrefillReply,
+    WorkerCallError,
+    WorkerErrorKind,
+    call_error,
+    classify,
+)
+from tandem.router.prefix_index import AffinityMap, PrefixIndex
+from tandem.router.workers import WorkerState, WorkerTable
+
+logger = logging.getLogger(__name__)
+
+Spawn = Callable[[Coroutine[object, object, None]], object]
+
+
+@dataclass(slots=True)
+class _Attempts:
+    """What one request has tried so far."""
+
+    failed_decode: set[str] = field(default_factory=set)
+    failed_prefill: set[str] = field(default_factory=set)
+    handoff: PrefillReply | None = None
+    prefill_worker: str | None = None
+    kv_pulled: bool = False  # a decode worker took the handoff (and releases it)
+    remote_reason: DecisionReason | None = None
+    last_failure: WorkerErrorKind | None = None  # of the latest decode attempt
+    local_reason: DecisionReason | None = None  # overrides the policy's after a fallback
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        config: RouterConfig,
+        table: WorkerTable,
+        metrics: RouterMetrics,
+        *,
+        mark_failed: Callable[[WorkerState, WorkerCallError], None],
+        spawn: Spawn,
+        clock: Callable[[], float],
+    ) -> None:
+        self.config = config
+        self._table = table
+        self._metrics = metrics
+        self._mark_failed = mark_failed
+        self._spawn = spawn  # runs a background task the router owns (or drops it)
+        self._clock = clock
+        self.prefixes = PrefixIndex()
+        self.affinity = AffinityMap()
+        self._turn = 0
+
+    def forget_worker(self, key: str) -> None:
+        self.prefixes.forget(key)
+        self.affinity.forget_worker(key)
+
+    async def generate(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
+        """One admitted request: route, prefill, decode, with retries (see module doc)."""
+        attempts = _Attempts()
+        try:
+            cfg = self.config
+            route_request = self._route_request(request)
+            for attempt in range(cfg.max_decode_attempts):
+                if attempt:
+                    self._metrics.retries.labels("decode").inc()
+                decision = await self._decide(request, route_request, attempts)
+                handoff = attempts.handoff
+                if handoff is not None and handoff.finish_reason is not None:
+                    # The prefill's first token already ended the sequence.
+                    self._metrics.prefill_decisions.labels(
+                        decision.path.value, decision.reason.value
+                    ).inc()
+                    yield GenerationChunk(
+                        (handoff.first_token,),
+                        handoff.finish_reason.value,
+                        self._route_info(decision, attempts, None),
+                    )
+                    return
+                worker = self._table.get(decision.decode)
+                if worker is None:
+                    attempts.failed_decode.add(decision.decode)
+                    continue
+                stream = worker.client.decode(
+                    request.request_id,
+                    request.prompt,
+                    request.sampling,
+                    remote_kv=handoff.kv if handoff is not None else None,
+                    first_token=handoff.first_token if handoff is not None else None,
+                    timeout_s=self._stream_deadline(request),
+                )
+                first = await self._first_chunk(request, worker, stream, route_request, attempts)
+                if first is None:
+                    continue
+                attempts.kv_pulled = handoff is not None
+                self._record_route(decision, first, route_request)
+                worker.active_sequences += 1
+                try:
+                    yield GenerationChunk(
+                        first.token_ids,
+                        _reason(first.finish_reason),
+                        self._route_info(decision, attempts, first),
+                    )
+                    finished = first.finish_reason is not None
+                    while not finished:
+                        chunk = await self._next_chunk(worker, stream)
+                        finished = chunk.finish_reason is not None
+                        yield GenerationChunk(chunk.token_ids, _reason(chunk.finish_reason))
+                finally:
+                    worker.active_sequences -= 1
+                    await _close(stream)
+                return
+            raise self._exhausted(attempts)
+        finally:
+            if (
+                attempts.handoff is not None
+                and attempts.handoff.kv is not None
+                and (not attempts.kv_pulled)
+            ):
+                # Free the parked KV now instead of waiting for its lease to expire.
+                self._release_later(attempts.prefill_worker, request.request_id)
+
+    def _exhausted(self, attempts: _Attempts) -> TandemError:
+        """The error for a request every decode attempt failed: busy workers are
+        backpressure (429), anything else a failure (503)."""
+        if attempts.last_failure is WorkerErrorKind.CAPACITY:
+            self._metrics.rejected.labels("workers_busy").inc()
+            return OverloadedError(
+                "every decode worker is at capacity; retry shortly",
+                retry_after_seconds=self.config.retry_after_seconds,
+            )
+        return GenerationFailedError(
+            f"no worker could serve the request ({len(attempts.failed_decode)} tried)"
+        )
+
+    def _stream_deadline(self, request: GenerationRequest) -> float:
+        """A whole decode stream's deadline: first token, then a budget per token."""
+        cfg = self.config
+        per_token = cfg.max_seconds_per_token * request.sampling.max_tokens
+        return cfg.first_token_timeout_seconds + per_token
+
+    def _route_request(self, request: GenerationRequest) -> RouteRequest:
+        policy = self.config.policy
+        # Full prefix hashes only matter when decode engines reuse cached prefixes;
+        # prefill affinity needs just the first few blocks.
+        max_blocks = self.config.max_hashed_blocks if _uses_overlap(policy) else 0
+        max_blocks = max(max_blocks, policy.affinity_blocks)
+        hashes: tuple[int, ...] = ()
+        if max_blocks > 0:
+            hashes = compute_block_hashes(request.prompt, policy.block_tokens, max_blocks)
+        return RouteRequest(len(request.prompt), request.sampling.max_tokens, hashes)
+
+    async def _decide(
+        self, request: GenerationRequest, route_request: RouteRequest, attempts: _Attempts
+    ) -> RouteDecision:
+        policy = self.config.policy
+        overlaps = {}
+        if _uses_overlap(policy):
+            overlaps = self.prefixes.overlaps(route_request.block_hashes)
+        sticky = self.affinity.get(affinity_key(route_request, policy))
+        self._turn += 1
+        decision = choose_route(
+            self._table.snapshots(),
+            route_request,
+            overlaps,
+            sticky,
+            policy,
+            turn=self._turn,
+            failed_decode=attempts.failed_decode,
+            failed_prefill=attempts.failed_prefill,
+        )
+        if decision is None:
+            if attempts.failed_decode:
+                raise self._exhausted(attempts)
+            self._metrics.rejected.labels("no_worker").inc()
+            raise NoWorkerAvailableError("no healthy decode worker is available; retry shortly")
+        if attempts.handoff is not None:
+            # Reuse the KV already prefilled for this request.
+            return RouteDecision(
+                decision.decode,
+                attempts.prefill_worker,
+                PrefillPath.REMOTE,
+                attempts.remote_reason or decision.reason,
+            )
+        if decision.path is PrefillPath.REMOTE and decision.prefill is not None:
+            handoff = await self._prefill(request, route_request, decision.prefill, attempts)
+            if handoff is not None:
+                attempts.remote_reason = decision.reason
+                return RouteDecision(
+                    decision.decode, attempts.prefill_worker, PrefillPath.REMOTE, decision.reason
+                )
+            attempts.local_reason = DecisionReason.PREFILL_FAILED
+        return RouteDecision(
+            decision.decode, None, PrefillPath.LOCAL, attempts.local_reason or decision.reason
+        )
+
+    async def _prefill(
+        self,
+        request: GenerationRequest,
+        route_request: RouteRequest,
+        first_choice: str,
+        attempts: _Attempts,
+    ) -> PrefillReply | None:
+        """Remote prefill with retries on other prefill workers; None -> prefill locally."""
+        cfg = self.config
+        key: str | None = first_choice
+        for attempt in range(cfg.max_prefill_attempts):
+            if attempt:
+                self._metrics.retries.labels("prefill").inc()
+                chosen = choose_prefill_worker(
+                    self._table.snapshots(),
+                    None,
+                    cfg.policy,
+                    exclude=attempts.failed_prefill,
+                )
+                key = chosen.key if chosen is not None else None
+            worker = self._table.get(key) if key is not None else None
+            if worker is None:
+                return None
+            worker.pending_requests += 1
+            worker.pending_tokens += route_request.prompt_tokens
+            started = self._clock()
+            done = False
+            try:
+                handoff = await worker.client.prefill(
+                    request.request_id,
+                    request.prompt,
+                    request.sampling,
+                    timeout_s=cfg.prefill_timeout_seconds,
+                )
+                done = True
+            except WorkerCallError as exc:
+                done = True
+                kind = classify(exc)
+                self._metrics.worker_errors.labels("prefill", kind.value).inc()
+                if kind is WorkerErrorKind.INVALID:
+                    raise WorkerRejectedError(exc.message) from exc
+                if kind is WorkerErrorKind.UNAVAILABLE:
+                    self._mark_failed(worker, exc)
+                logger.warning(
+                    "request %s: prefill on %s failed: %s",
+                    request.request_id,
+                    worker.key,
+                    exc.message,
+                )
+                attempts.failed_prefill.add(worker.key)
+                continue
+            finally:
+                worker.pending_requests -= 1
+                worker.pending_tokens -= route_request.prompt_tokens
+                if not done:  # cancelled mid-call: the worker may still finish it
+                    self._release_later(worker.key, request.request_id)
+            self._metrics.prefill_seconds.observe(self._clock() - started)
+            self.affinity.set(affinity_key(route_request, cfg.policy), worker.key)
+            attempts.handoff = handoff
+            attempts.prefill_worker = worker.key
+            return handoff
+        return None
+
+    async def _first_chunk(
+        self,
+        request: GenerationRequest,
+        worker: WorkerState,
+        stream: AsyncIterator[DecodeChunk],
+        route_request: RouteRequest,
+        attempts: _Attempts,
+    ) -> DecodeChunk | None:
+        """The decode stream's first chunk, or None after a retryable failure."""
+        local_tokens = route_request.prompt_tokens if attempts.handoff is None else 0
+        worker.pending_requests += 1
+        worker.pending_tokens += local_tokens
+        try:
+            async with asyncio.timeout(self.config.first_token_timeout_seconds):
+                return await anext(stream)
+        except StopAsyncIteration:
+            exc = call_error(worker.key, WorkerErrorKind.INTERNAL, "stream ended without tokens")
+        except TimeoutError:
+            exc = call_error(worker.key, WorkerErrorKind.TIMEOUT, "no first token in time")
+        except WorkerCallError as failed:
+            exc = failed
+        finally:
+            worker.pending_requests -= 1
+            worker.pending_tokens -= local_tokens
+        await _close(stream)
+        kind = classify(exc)
+        attempts.last_failure = kind
+        self._metrics.worker_errors.labels("decode", kind.value).inc()
+        logger.warning("decode on %s failed before its first token: %s", worker.key, exc.message)
+        if kind is WorkerErrorKind.INVALID:
+            raise WorkerRejectedError(exc.message) from exc
+        if kind is WorkerErrorKind.UNAVAILABLE:
+            # The decode worker itself is gone; the parked KV is still good elsewhere.
+            self._mark_failed(worker, exc)
+            attempts.failed_decode.add(worker.key)
+        elif kind is WorkerErrorKind.CAPACITY or attempts.handoff is None:
+            attempts.failed_decode.add(worker.key)
+        else:
+            # KV_HANDOFF, or a failure while a handoff was pending (prefill peer gone,
+            # transfer timeout): the decode worker is fine, the parked KV is not.
+            self._release_later(attempts.prefill_worker, request.request_id)
+            if attempts.prefill_worker is not None:
+                attempts.failed_prefill.add(attempts.prefill_worker)
+            attempts.handoff = None
+            attempts.prefill_worker = None
+        return None
+
+    async def _next_chunk(
+        self, worker: WorkerState, stream: AsyncIterator[DecodeChunk]
+    ) -> DecodeChunk:
+        try:
+            async with asyncio.timeout(self.config.stall_timeout_seconds):
+                return await anext(stream)
+        except StopAsyncIteration:
+            exc = call_error(worker.key, WorkerErrorKind.INTERNAL, "stream ended unfinished")
+        except TimeoutError:
+            exc = call_error(worker.key, WorkerErrorKind.TIMEOUT, "decode stream stalled")
+        except WorkerCallError as failed:
+            exc = failed
+        kind = classify(exc)
+        self._metrics.worker_errors.labels("decode", kind.value).inc()
+        logger.warning("decode on %s failed mid-stream: %s", worker.key, exc.message)
+        if kind is WorkerErrorKind.UNAVAILABLE:
+            self._mark_failed(worker, exc)
+        raise GenerationFailedError(f"generation failed mid-stream ({kind.value})") from exc
+
+    def _route_info(
+        self, decision: RouteDecision, attempts: _Attempts, first: DecodeChunk | None
+    ) -> RouteInfo:
+        return RouteInfo(
+            path=decision.path,
+            reason=decision.reason,
+            decode_worker=decision.decode,
+            prefill_worker=attempts.prefill_worker if decision.path is PrefillPath.REMOTE else None,
+            kv_bytes=first.kv_bytes_transferred if first is not None else 0,
+            kv_seconds=first.kv_transfer_seconds if first is not None else 0.0,
+        )
+
+    def _record_route(
+        self,
+        decision: RouteDecision,
+        first: DecodeChunk,
+        route_request: RouteRequest,
+    ) -> None:
+        m = self._metrics
+        m.prefill_decisions.labels(decision.path.value, decision.reason.value).inc()
+        if first.kv_bytes_transferred:
+            m.kv_transfer_bytes.inc(first.kv_bytes_transferred)
+            m.kv_transfer_seconds.observe(first.kv_transfer_seconds)
+        if _uses_overlap(self.config.policy):
+            self.prefixes.record(decision.decode, route_request.block_hashes)
+
+    def _release_later(self, worker_key: str | None, request_id: str) -> None:
+        if worker_key is None:
+            return
+        worker = self._table.get(worker_key)
+        if worker is not None:
+            self._spawn(self._release(worker, request_id))
+
+    async def _release(self, worker: WorkerState, request_id: str) -> None:
+        try:
+            await worker.client.release(request_id, timeout_s=self.config.release_timeout_seconds)
+        except WorkerCallError as exc:
+            # The prefill side's lease frees the blocks anyway; this was only an early exit.
+            logger.info("release of %s on %s failed: %s", request_id, worker.key, exc.message)
+
+
+def _reason(finish: FinishReason | None) -> str | None:
+    return None if finish is None else finish.value
+
+
+def _uses_overlap(policy: PolicyConfig) -> bool:
+    return policy.routing is RoutingPolicy.KV_AWARE and policy.decode_prefix_cache
+
+
+async def _close(stream: AsyncIterator[DecodeChunk]) -> None:
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        await aclose()

@@ -1,0 +1,68 @@
+"""What flows through the router: its settings, a generation request, chunks back,
+and the per-worker view that ``/readyz`` and ``tandem status`` show."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tandem.engines.base import SamplingParams
+from tandem.router.policy import DecisionReason, PolicyConfig, PrefillPath
+
+
+@dataclass(frozen=True, slots=True)
+class RouterConfig:
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    max_queued_requests: int = 256
+    max_active_requests: int = 1024
+    retry_after_seconds: int = 1
+    prefill_timeout_seconds: float = 600.0
+    first_token_timeout_seconds: float = 600.0
+    stall_timeout_seconds: float = 120.0
+    # A decode stream's deadline: first-token timeout plus this per requested token.
+    max_seconds_per_token: float = 1.0
+    release_timeout_seconds: float = 5.0
+    health_interval_seconds: float = 1.0
+    health_timeout_seconds: float = 2.0
+    max_prefill_attempts: int = 2
+    max_decode_attempts: int = 3
+    max_hashed_blocks: int = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    request_id: str
+    prompt: Sequence[int]
+    sampling: SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class RouteInfo:
+    """How a request was served; on its first chunk."""
+
+    path: PrefillPath
+    reason: DecisionReason
+    decode_worker: str
+    prefill_worker: str | None
+    kv_bytes: int = 0
+    kv_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationChunk:
+    token_ids: tuple[int, ...]
+    finish_reason: str | None = None
+    route: RouteInfo | None = None  # first chunk only
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerView:
+    """A worker as ``/readyz`` and ``tandem status`` show it."""
+
+    address: str
+    role: str
+    healthy: bool
+    draining: bool
+    worker_id: str
+    in_flight: int
+    last_error: str

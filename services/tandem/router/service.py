@@ -1,0 +1,212 @@
+"""The router's I/O shell: lifecycle, admission, views; requests go to ``dispatch``.
+
+Decisions come from ``tandem.router.policy``; health from ``tandem.router.health``;
+each admitted request's calls, retries and fallbacks from ``tandem.router.dispatch``.
+Admission is bounded: more than ``max_queued_requests`` waiting for their first token
+(or ``max_active_requests`` in total) -> ``OverloadedError`` (429 + Retry-After); a
+draining router refuses everything new (503) and readiness fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
+
+from tandem.router.dispatch import Dispatcher
+from tandem.router.errors import (
+    NoWorkerAvailableError,
+    OverloadedError,
+)
+from tandem.router.health import HealthMonitor
+from tandem.router.membership import MembershipSource
+from tandem.router.messages import (
+    GenerationChunk,
+    GenerationRequest,
+    RouterConfig,
+    WorkerView,
+)
+from tandem.router.metrics import RouterMetrics
+from tandem.router.ports import (
+    WorkerCallError,
+    WorkerClientFactory,
+)
+from tandem.router.workers import PoolLoad, WorkerState, WorkerTable, compute_pool_loads
+
+logger = logging.getLogger(__name__)
+
+
+class Router:
+    def __init__(
+        self,
+        membership: MembershipSource,
+        client_factory: WorkerClientFactory,
+        metrics: RouterMetrics,
+        config: RouterConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._config = config or RouterConfig()
+        self._membership = membership
+        self._table = WorkerTable(client_factory)
+        self._metrics = metrics
+        self._clock = clock
+        self._dispatcher = Dispatcher(
+            self._config,
+            self._table,
+            metrics,
+            mark_failed=self._mark_failed,
+            spawn=self._spawn_if_running,
+            clock=clock,
+        )
+        self._health = HealthMonitor(
+            self._table,
+            membership,
+            metrics,
+            timeout_seconds=self.config.health_timeout_seconds,
+            forget=self._dispatcher.forget_worker,
+        )
+        self._queued = 0  # admitted, first token not yet back
+        self._active = 0  # admitted, not finished
+        self._draining = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._background: set[asyncio.Task[None]] = set()
+        self._started = False
+        metrics.watch(self.pool_loads, lambda: self._active)
+
+    @property
+    def config(self) -> RouterConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: RouterConfig) -> None:
+        """Adopt new limits and policy (takes effect for the next request)."""
+        self._config = config
+        self._dispatcher.config = config
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Router]:
+        """Poll health in the background for the duration of the context.
+
+        Background tasks (the poller, early KV releases) are owned here and cancelled or
+        awaited on exit; exceptions from the body pass through unwrapped."""
+        await self.poll_once()
+        self._started = True
+        poller = self._spawn(self._poll_forever())
+        try:
+            yield self
+        finally:
+            self._started = False
+            poller.cancel()
+            # Releases are bounded by their own timeout; let them finish.
+            pending = [t for t in self._background if t is not poller]
+            await asyncio.gather(poller, *pending, return_exceptions=True)
+            for state in self._table.pop_all():
+                await state.client.close()
+
+    def _spawn(self, coro: Coroutine[object, object, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def _poll_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.health_interval_seconds)
+            await self.poll_once()
+
+    async def poll_once(self) -> None:
+        """One health round: adopt membership, then Health + Stats every worker."""
+        await self._health.poll_once()
+
+    def _mark_failed(self, state: WorkerState, exc: WorkerCallError) -> None:
+        self._health.mark_failed(state, exc)
+
+    def _spawn_if_running(self, coro: Coroutine[object, object, None]) -> None:
+        if self._started:
+            self._spawn(coro)
+        else:
+            coro.close()  # outside ``running()`` nobody would await it
+
+    # ------------------------------------------------------------------ views
+
+    def ready(self) -> bool:
+        if self._draining:
+            return False
+        return any(s.serves_decode and s.available for s in self._table.snapshots())
+
+    def pool_loads(self) -> dict[str, PoolLoad]:
+        return compute_pool_loads(self._table.snapshots())
+
+    def workers(self) -> list[WorkerView]:
+        return [
+            WorkerView(
+                address=s.key,
+                role=s.role.value,
+                healthy=s.healthy and not s.removed,
+                draining=s.draining,
+                worker_id=s.health.worker_id if s.health else "",
+                in_flight=s.in_flight,
+                last_error=s.last_error,
+            )
+            for s in self._table.values()
+        ]
+
+    # ------------------------------------------------------------------ requests
+
+    @property
+    def in_flight(self) -> int:
+        return self._active
+
+    async def drain(self, grace_seconds: float = 0.0) -> int:
+        """Refuse new requests from now on, then wait up to ``grace_seconds`` for the
+        in-flight ones to finish; returns how many are still in flight."""
+        if not self._draining:
+            logger.info("draining: refusing new requests, %d in flight", self._active)
+        self._draining = True
+        if self._active and grace_seconds > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace_seconds):
+                    await self._idle.wait()
+        return self._active
+
+    def _admit(self) -> None:
+        cfg = self.config
+        if self._draining:
+            self._metrics.rejected.labels("draining").inc()
+            raise NoWorkerAvailableError("this frontend is shutting down; retry on another")
+        if self._queued >= cfg.max_queued_requests or self._active >= cfg.max_active_requests:
+            self._metrics.rejected.labels("queue_full").inc()
+            raise OverloadedError(
+                f"the server is at capacity ({self._queued} requests queued); retry shortly",
+                retry_after_seconds=cfg.retry_after_seconds,
+            )
+
+    async def generate(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
+        """Tokens for one request; the first chunk carries its ``RouteInfo``.
+
+        Raises ``TandemError``s before the first chunk (the frontend maps them to
+        statuses) and ``GenerationFailedError`` if a worker fails mid-stream."""
+        self._admit()
+        self._queued += 1
+        self._active += 1
+        self._idle.clear()
+        queued = True
+        try:
+            async with contextlib.aclosing(self._dispatcher.generate(request)) as chunks:
+                async for chunk in chunks:
+                    if queued:
+                        queued = False
+                        self._queued -= 1
+                    yield chunk
+        finally:
+            if queued:
+                self._queued -= 1
+            self._active -= 1
+            if not self._active:
+                self._idle.set()

@@ -1,0 +1,37 @@
+"""``python -m tandem.runtime -f FILE [--port N]``: a foreground supervisor (what
+``tandem up --detach`` starts in the background)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tandem.api.validate import ManifestError, load_inference_cluster
+from tandem.runtime.launcher import LaunchError, run_foreground
+from tandem.runtime.plan import WORKER_MODULE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tandem.runtime")
+    parser.add_argument("-f", "--filename", required=True, type=Path)
+    parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--worker-module", default=WORKER_MODULE, help="worker program")
+    args = parser.parse_args(argv)
+    try:
+        cluster = load_inference_cluster(args.filename)
+        port = cluster.spec.frontend.port if args.port is None else args.port
+        return run_foreground(
+            cluster,
+            port=port,
+            progress=lambda line: print(line, flush=True),
+            worker_module=args.worker_module,
+        )
+    except (ManifestError, LaunchError) as exc:
+        print(f"error: {exc}", flush=True)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""``tandem up`` / ``down`` as functions: run a cluster in the foreground, detach one, or
+stop one recorded in its state directory."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType
+
+from tandem.api.v1alpha1 import InferenceCluster, KvBackend
+from tandem.devcluster.ports import allocate_ports
+from tandem.devcluster.processes import ProcessRecord, is_running, stop
+from tandem.runtime.plan import LOCAL_HOST, WORKER_MODULE, count_workers, plan_local
+from tandem.runtime.state import Phase, cluster_dir, read_state, state_path
+from tandem.runtime.supervisor import StartupError, Supervisor
+
+Progress = Callable[[str], None]
+
+
+class LaunchError(RuntimeError):
+    """``tandem up`` cannot proceed (already running, port taken); message says why."""
+
+
+class _Stop(Exception):
+    """SIGTERM or SIGHUP arrived: shut down like Ctrl-C."""
+
+
+def check_not_running(directory: Path, name: str) -> None:
+    state = read_state(directory)
+    if state is not None and is_running(state.supervisor):
+        raise LaunchError(
+            f"cluster {name!r} is already running at {state.endpoint} "
+            f"(supervisor pid {state.supervisor_pid}); run `tandem down --name {name}` first"
+        )
+
+
+def choose_port(requested: int) -> int:
+    if requested == 0:
+        return allocate_ports(1)[0]
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((LOCAL_HOST, requested))
+        except OSError:
+            raise LaunchError(
+                f"port {requested} on {LOCAL_HOST} is in use; pass --port N (0 picks a free one)"
+            ) from None
+    return requested
+
+
+def _kv_backend(cluster: InferenceCluster, progress: Progress) -> str | None:
+    """Keep the spec's backend, except NIXL where it is not installed (then TCP)."""
+    from tandem.kv import nixl_available
+
+    if cluster.spec.kv_transfer.backend is KvBackend.NIXL and not nixl_available():
+        progress("NIXL is not installed here: moving KV over TCP instead")
+        return KvBackend.TCP.value
+    return None
+
+
+def run_foreground(
+    cluster: InferenceCluster,
+    *,
+    port: int,
+    progress: Progress,
+    home: Path | None = None,
+    startup_timeout_s: float = 600.0,
+    worker_module: str = WORKER_MODULE,
+) -> int:
+    """Start the cluster, serve until Ctrl-C/SIGTERM, then stop everything. Exit code."""
+    name = cluster.metadata.name
+    directory = cluster_dir(name, home)
+    check_not_running(directory, name)
+    directory.mkdir(parents=True, exist_ok=True)
+    plan = plan_local(
+        cluster,
+        state_dir=directory,
+        frontend_port=choose_port(port),
+        worker_ports=allocate_ports(count_workers(cluster)),
+        python=sys.executable,
+        worker_module=worker_module,
+        kv_backend=_kv_backend(cluster, progress),
+    )
+    supervisor = Supervisor(
+        plan, cluster, progress=progress, python=sys.executable,
+        startup_timeout_s=startup_timeout_s,
+    )  # fmt: skip
+    code = 0
+    with _stop_on_signals():
+        try:
+            supervisor.start()
+            progress(f"endpoint: {plan.endpoint}  (Ctrl-C or `tandem down --name {name}`)")
+            supervisor.supervise(lambda: False)
+        except (KeyboardInterrupt, _Stop):
+            progress("stopping")
+        except StartupError as exc:
+            progress(f"error: {exc}")
+            supervisor.fail(str(exc))
+            code = 1
+        finally:
+            with _signals_ignored():
+                supervisor.stop()
+                if code == 0:
+                    state_path(directory).unlink(missing_ok=True)
+    progress("stopped")
+    return code
+
+
+def detach(
+    cluster_file: Path,
+    cluster: InferenceCluster,
+    *,
+    port: int,
+    progress: Progress,
+    home: Path | None = None,
+    timeout_s: float = 900.0,
+    worker_module: str = WORKER_MODULE,
+) -> int:
+    """Start a supervisor in the background; relay its progress until ready or failed."""
+    name = cluster.metadata.name
+    directory = cluster_dir(name, home)
+    check_not_running(directory, name)
+    directory.mkdir(parents=True, exist_ok=True)
+    state_path(directory).unlink(missing_ok=True)
+    log_path = directory / "supervisor.log"
+    env = dict(os.environ)
+    if home is not None:
+        env["TANDEM_HOME"] = str(home)
+    with log_path.open("ab") as log:
+        offset = log.tell()
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tandem.runtime",
+                "-f",
+                str(cluster_file),
+                "--port",
+                str(port),
+                "--worker-module",
+                worker_module,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            env=env,
+        )
+    deadline = time.monotonic() + timeout_s
+    follower = _LogFollower(log_path, offset)
+    while time.monotonic() < deadline:
+        for line in follower.new_lines():
+            progress(line)
+        state = read_state(directory)
+        if state is not None and state.phase is Phase.RUNNING:
+            for line in follower.new_lines():
+                progress(line)
+            progress(f"endpoint: {state.endpoint}  (stop with `tandem down --name {name}`)")
+            return 0
+        if child.poll() is not None or (state is not None and state.phase is Phase.FAILED):
+            for line in follower.new_lines():
+                progress(line)
+            break
+        time.sleep(0.1)
+    progress(f"error: the cluster did not start; see {log_path}")
+    if child.poll() is None:
+        child.terminate()
+    return 1
+
+
+def down(name: str, *, progress: Progress, home: Path | None = None, grace_s: float = 30.0) -> int:
+    """Stop a recorded cluster: its supervisor, then any recorded process still alive."""
+    directory = cluster_dir(name, home)
+    state = read_state(directory)
+    if state is None:
+        progress(f"cluster {name!r} is not running")
+        return 0
+    progress(f"stopping {name!r}")
+    if is_running(state.supervisor):
+        # Signal the supervisor itself (it need not lead a process group when it runs
+        # in a terminal); it stops its children, which do lead their own groups.
+        _terminate(state.supervisor, grace_s)
+    leftovers = [p for p in [state.frontend, *state.workers] if p is not None]
+    for process in leftovers:  # the supervisor stops them; this covers a killed supervisor
+        stop(process.record, grace_s=5.0)
+    state_path(directory).unlink(missing_ok=True)
+    progress("stopped")
+    return 0
+
+
+def _terminate(record: ProcessRecord, grace_s: float) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(record.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while is_running(record):
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(record.pid, signal.SIGKILL)
+            break
+        time.sleep(0.05)
+
+
+class _LogFollower:
+    """Complete lines appended to a file after ``offset``."""
+
+    def __init__(self, path: Path, offset: int) -> None:
+        self._path, self._offset, self._partial = path, offset, ""
+
+    def new_lines(self) -> list[str]:
+        with self._path.open("rb") as log:
+            log.seek(self._offset)
+            chunk = log.read()
+        self._offset += len(chunk)
+        *lines, self._partial = (self._partial + chunk.decode(errors="replace")).split("\n")
+        return [line for line in lines if line]
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise _Stop(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """A second Ctrl-C must not abort the cleanup that prevents orphans."""
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in sigs}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

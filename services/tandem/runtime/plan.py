@@ -1,0 +1,202 @@
+"""``tandem up`` as a pure function: an InferenceCluster -> the processes to run.
+
+The plan names every process (frontend, ``prefill-0``..., ``decode-0``...), its command
+line, environment, port and log file, and the documents to write before starting them
+(the frontend's configuration -- the same contract document the operator mounts in
+pods -- and the worker membership file the frontend watches). Ports are inputs:
+choosing free ones is I/O and happens in the launcher.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tandem.api.v1alpha1 import InferenceCluster, PoolRole, PoolSpec
+from tandem.frontend.config import render_frontend_config
+from tandem.router.membership import Member, render_members
+from tandem.router.policy import WorkerRole
+
+LOCAL_HOST = "127.0.0.1"
+WORKER_MODULE = "tandem.worker"
+CONTRACT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSpec:
+    name: str  # frontend | prefill-N | decode-N
+    component: str  # frontend | prefill | decode
+    argv: tuple[str, ...]
+    port: int
+    log: Path
+    env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def address(self) -> str:
+        return f"{LOCAL_HOST}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolPlan:
+    role: PoolRole
+    min_replicas: int
+    max_replicas: int
+    workers: tuple[ProcessSpec, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LocalPlan:
+    cluster: str
+    state_dir: Path
+    frontend: ProcessSpec
+    pools: Mapping[PoolRole, PoolPlan]
+    # Files to write before starting anything: path -> content.
+    documents: Mapping[Path, str] = field(default_factory=dict)
+    # The worker program (``python -m MODULE``); another one can stand in for tests.
+    worker_module: str = WORKER_MODULE
+    kv_backend: str | None = None  # overrides spec.kvTransfer.backend
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{LOCAL_HOST}:{self.frontend.port}/v1"
+
+    @property
+    def workers(self) -> tuple[ProcessSpec, ...]:
+        return tuple(w for pool in self.pools.values() for w in pool.workers)
+
+    @property
+    def members_file(self) -> Path:
+        return self.state_dir / "members.json"
+
+
+def count_workers(cluster: InferenceCluster) -> int:
+    """How many worker ports ``plan_local`` needs."""
+    return cluster.spec.prefill.replicas + cluster.spec.decode.replicas
+
+
+def plan_local(
+    cluster: InferenceCluster,
+    *,
+    state_dir: Path,
+    frontend_port: int,
+    worker_ports: Sequence[int],
+    python: str,
+    worker_module: str = WORKER_MODULE,
+    kv_backend: str | None = None,
+) -> LocalPlan:
+    """The local processes and documents for ``cluster`` (pure)."""
+    if len(worker_ports) != count_workers(cluster):
+        raise ValueError(f"need {count_workers(cluster)} worker ports, got {len(worker_ports)}")
+    ports = iter(worker_ports)
+    pools = {}
+    for role in (PoolRole.PREFILL, PoolRole.DECODE):
+        pool = _pool_spec(cluster, role)
+        workers = tuple(
+            plan_worker(
+                cluster,
+                role,
+                index,
+                next(ports),
+                state_dir=state_dir,
+                python=python,
+                worker_module=worker_module,
+                kv_backend=kv_backend,
+            )
+            for index in range(pool.replicas)
+        )
+        pools[role] = PoolPlan(role, pool.min_replicas, pool.max_replicas, workers)
+    members = [
+        Member(w.address, WorkerRole(w.component)) for p in pools.values() for w in p.workers
+    ]
+    members_file = state_dir / "members.json"
+    frontend_doc = render_frontend_config(
+        cluster, {role.value: f"file://{members_file}" for role in PoolRole}
+    )
+    frontend_config = state_dir / "frontend.json"
+    frontend = ProcessSpec(
+        name="frontend",
+        component="frontend",
+        argv=(
+            python, "-m", "tandem.frontend",
+            "--config", str(frontend_config),
+            "--host", LOCAL_HOST,
+            "--port", str(frontend_port),
+        ),
+        port=frontend_port,
+        log=state_dir / "logs" / "frontend.log",
+    )  # fmt: skip
+    documents = {
+        frontend_config: _dump(frontend_doc),
+        members_file: render_members(members),
+    }
+    return LocalPlan(
+        cluster=cluster.metadata.name,
+        state_dir=state_dir,
+        frontend=frontend,
+        pools=pools,
+        documents=documents,
+        worker_module=worker_module,
+        kv_backend=kv_backend,
+    )
+
+
+def plan_worker(
+    cluster: InferenceCluster,
+    role: PoolRole,
+    index: int,
+    port: int,
+    *,
+    state_dir: Path,
+    python: str,
+    worker_module: str = WORKER_MODULE,
+    kv_backend: str | None = None,
+) -> ProcessSpec:
+    """One worker process; also what the autoscaler seam uses to add a worker.
+
+    ``kv_backend`` overrides ``spec.kvTransfer.backend`` (the launcher falls back to
+    tcp where NIXL is not installed)."""
+    spec = cluster.spec
+    pool = _pool_spec(cluster, role)
+    name = f"{role.value}-{index}"
+    options = _merge(spec.engine.options.as_dict(), pool.engine_options.as_dict())
+    ucx = spec.kv_transfer.ucx_transports
+    env = (("UCX_TLS", ",".join(ucx)),) if ucx else ()
+    return ProcessSpec(
+        name=name,
+        component=role.value,
+        argv=(
+            python, "-m", worker_module,
+            "--role", role.value,
+            "--worker-id", f"{cluster.metadata.name}-{name}",
+            "--host", LOCAL_HOST,
+            "--port", str(port),
+            "--engine", spec.engine.kind.value,
+            "--engine-options", json.dumps(options, sort_keys=True),
+            "--kv-backend", kv_backend or spec.kv_transfer.backend.value,
+            "--kv-transfer-timeout-s", str(spec.kv_transfer.timeout_seconds),
+        ),
+        port=port,
+        log=state_dir / "logs" / f"{name}.log",
+        env=env,
+    )  # fmt: skip
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _pool_spec(cluster: InferenceCluster, role: PoolRole) -> PoolSpec:
+    return cluster.spec.prefill if role is PoolRole.PREFILL else cluster.spec.decode
+
+
+def _dump(document: Mapping[str, Any]) -> str:
+    return json.dumps(document, sort_keys=True, indent=2) + "\n"

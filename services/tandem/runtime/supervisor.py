@@ -1,0 +1,316 @@
+"""The thin shell that makes a ``LocalPlan`` real: start, watch, scale, stop processes.
+
+Every child runs in its own session (its pid is its process group, so stopping signals
+everything it forked) and gets ``PR_SET_PDEATHSIG``: if the supervisor dies, even by
+SIGKILL, the kernel sends each child SIGTERM -- no orphans. A child counts as started
+when it prints ``READY <port>``; the cluster is ready when the frontend's ``/readyz``
+says a decode worker is healthy. Workers that die are restarted with backoff, as a
+Deployment would.
+
+Scaling seam (for the local autoscaler): :meth:`Supervisor.scale` adds workers (new
+ports, added to the membership file once ready) or retires the highest-numbered ones
+(removed from membership first, so the router stops routing there, then stopped).
+Functions registered in ``tick_hooks`` run on every supervision round.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tandem.api.v1alpha1 import InferenceCluster, PoolRole
+from tandem.devcluster.ports import allocate_ports
+from tandem.devcluster.processes import record_of, stop
+from tandem.router.membership import Member, write_members
+from tandem.router.policy import WorkerRole
+from tandem.runtime.plan import LocalPlan, ProcessSpec, plan_worker
+from tandem.runtime.state import ClusterState, Phase, ProcessState, write_state
+
+_PR_SET_PDEATHSIG = 1
+_POLL_S = 0.1
+_MAX_BACKOFF_S = 30.0
+_READY_PREFIX = "READY "
+
+
+class StartupError(RuntimeError):
+    """A process exited or never became ready; the message points at its log."""
+
+
+@dataclass(slots=True)
+class _Child:
+    spec: ProcessSpec
+    popen: subprocess.Popen[bytes]
+    log_offset: int  # where this incarnation's output starts in the log
+    restarts: int = 0
+    restart_at: float | None = None
+
+    def state(self) -> ProcessState:
+        record = record_of(self.spec.name, self.popen, self.spec.log)
+        return ProcessState(
+            name=self.spec.name,
+            component=self.spec.component,
+            port=self.spec.port,
+            pid=record.pid,
+            start_ticks=record.start_ticks,
+            log=str(self.spec.log),
+        )
+
+
+class Supervisor:
+    def __init__(
+        self,
+        plan: LocalPlan,
+        cluster: InferenceCluster,
+        *,
+        progress: Callable[[str], None],
+        python: str,
+        startup_timeout_s: float = 600.0,
+        stop_grace_s: float = 15.0,
+    ) -> None:
+        self.plan = plan
+        self._cluster = cluster
+        self._progress = progress
+        self._python = python
+        self._startup_timeout_s = startup_timeout_s
+        self._stop_grace_s = stop_grace_s
+        self._children: dict[str, _Child] = {}
+        self._next_index = {role: len(p.workers) for role, p in plan.pools.items()}
+        self._phase = Phase.STARTING
+        self._message = ""
+        self.tick_hooks: list[Callable[[Supervisor], None]] = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Write documents, start workers then the frontend, return once ready."""
+        plan = self.plan
+        (plan.state_dir / "logs").mkdir(parents=True, exist_ok=True)
+        for path, text in plan.documents.items():
+            path.write_text(text)
+        self._save()
+        deadline = time.monotonic() + self._startup_timeout_s
+        sizes = ", ".join(f"{len(p.workers)} {r.value}" for r, p in plan.pools.items())
+        self._progress(f"starting {plan.cluster!r}: {sizes} worker(s) and a frontend")
+        for spec in plan.workers:
+            self._launch(spec)
+        self._save()
+        self._await_started([c for c in self._children.values()], deadline)
+        self._launch(plan.frontend)
+        self._save()
+        self._await_started([self._children["frontend"]], deadline)
+        self._progress("waiting for the frontend to see a healthy decode worker")
+        while not frontend_ready(plan.endpoint):
+            self._check_alive([self._children["frontend"]])
+            if time.monotonic() > deadline:
+                raise StartupError("the frontend never became ready (see logs/frontend.log)")
+            time.sleep(_POLL_S)
+        self._phase = Phase.RUNNING
+        self._save()
+        self._progress(f"ready: {plan.endpoint}")
+
+    def supervise(self, should_stop: Callable[[], bool], interval_s: float = 0.5) -> None:
+        """Restart dead children and run tick hooks until ``should_stop()``."""
+        while not should_stop():
+            self._restart_dead()
+            for hook in self.tick_hooks:
+                hook(self)
+            time.sleep(interval_s)
+
+    def stop(self) -> None:
+        """Frontend first (no new requests), then all workers; SIGKILL after the grace."""
+        self._phase = Phase.STOPPING
+        self._save()
+        frontend = self._children.pop("frontend", None)
+        if frontend is not None:
+            self._stop_children([frontend])
+        self._stop_children(list(self._children.values()))
+        self._children.clear()
+
+    def fail(self, message: str) -> None:
+        self._phase, self._message = Phase.FAILED, message
+        self._save()
+
+    # ------------------------------------------------------------------ scaling seam
+
+    def pool_size(self, role: PoolRole) -> int:
+        return sum(1 for c in self._children.values() if c.spec.component == role.value)
+
+    def scale(self, role: PoolRole, replicas: int) -> None:
+        """Grow or shrink a pool to ``replicas`` workers (blocking until done)."""
+        pool = self.plan.pools[role]
+        replicas = max(pool.min_replicas, min(pool.max_replicas, replicas))
+        current = sorted(
+            (c for c in self._children.values() if c.spec.component == role.value),
+            key=lambda c: int(c.spec.name.rsplit("-", 1)[1]),
+        )
+        if replicas > len(current):
+            ports = allocate_ports(replicas - len(current))
+            added = []
+            for port in ports:
+                index = self._next_index[role]
+                self._next_index[role] += 1
+                spec = plan_worker(
+                    self._cluster,
+                    role,
+                    index,
+                    port,
+                    state_dir=self.plan.state_dir,
+                    python=self._python,
+                    worker_module=self.plan.worker_module,
+                    kv_backend=self.plan.kv_backend,
+                )
+                added.append(self._launch(spec))
+            self._await_started(added, time.monotonic() + self._startup_timeout_s)
+            self._write_members()
+        elif replicas < len(current):
+            retired = current[replicas:]
+            for child in retired:
+                del self._children[child.spec.name]
+            self._write_members()  # the router stops routing there within a health round
+            self._stop_children(retired)
+        self._save()
+
+    # ------------------------------------------------------------------ internals
+
+    def _launch(self, spec: ProcessSpec) -> _Child:
+        spec.log.parent.mkdir(parents=True, exist_ok=True)
+        offset = spec.log.stat().st_size if spec.log.exists() else 0
+        with spec.log.open("ab") as log:
+            popen = subprocess.Popen(
+                list(spec.argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+                env={**os.environ, **dict(spec.env)},
+                preexec_fn=_die_with_parent,  # only calls prctl; see _die_with_parent
+            )
+        child = _Child(spec=spec, popen=popen, log_offset=offset)
+        self._children[spec.name] = child
+        return child
+
+    def _await_started(self, children: list[_Child], deadline: float) -> None:
+        waiting = {c.spec.name: c for c in children}
+        started = time.monotonic()
+        while waiting:
+            for name, child in list(waiting.items()):
+                if _printed_ready(child):
+                    del waiting[name]
+                    took = time.monotonic() - started
+                    self._progress(f"  {name:<12} {child.spec.address:<22} up ({took:.1f}s)")
+            self._check_alive(list(waiting.values()))
+            if waiting and time.monotonic() > deadline:
+                names = ", ".join(sorted(waiting))
+                raise StartupError(f"not ready before the deadline: {names} (see logs/)")
+            if waiting:
+                time.sleep(_POLL_S)
+
+    def _check_alive(self, children: list[_Child]) -> None:
+        for child in children:
+            code = child.popen.poll()
+            if code is not None:
+                raise StartupError(
+                    f"{child.spec.name} exited with status {code} while starting; "
+                    f"last lines of {child.spec.log}:\n{_tail(child.spec.log)}"
+                )
+
+    def _restart_dead(self) -> None:
+        now = time.monotonic()
+        for child in list(self._children.values()):
+            if child.popen.poll() is None:
+                continue
+            if child.restart_at is None:
+                delay = min(_MAX_BACKOFF_S, 2.0**child.restarts)
+                child.restart_at = now + delay
+                self._progress(
+                    f"{child.spec.name} exited ({child.popen.returncode}); restart in {delay:.0f}s"
+                )
+            elif now >= child.restart_at:
+                replacement = self._launch(child.spec)
+                replacement.restarts = child.restarts + 1
+                self._save()
+
+    def _stop_children(self, children: list[_Child]) -> None:
+        for child in children:  # signal everyone first so they stop in parallel
+            if child.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(child.popen.pid, signal.SIGTERM)
+        for child in children:
+            stop(
+                record_of(child.spec.name, child.popen, child.spec.log), grace_s=self._stop_grace_s
+            )
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.popen.wait(timeout=1)
+
+    def _write_members(self) -> None:
+        members = [
+            Member(c.spec.address, WorkerRole(c.spec.component))
+            for c in self._children.values()
+            if c.spec.component != "frontend"
+        ]
+        write_members(self.plan.members_file, members)
+
+    def _save(self) -> None:
+        supervisor = os.getpid()
+        ticks = _start_ticks(supervisor)
+        frontend = self._children.get("frontend")
+        write_state(
+            self.plan.state_dir,
+            ClusterState(
+                cluster=self.plan.cluster,
+                phase=self._phase,
+                endpoint=self.plan.endpoint,
+                supervisor_pid=supervisor,
+                supervisor_start_ticks=ticks,
+                frontend=frontend.state() if frontend else None,
+                workers=[c.state() for n, c in sorted(self._children.items()) if n != "frontend"],
+                message=self._message,
+            ),
+        )
+
+
+def frontend_ready(endpoint: str, timeout_s: float = 1.0) -> bool:
+    url = endpoint.removesuffix("/v1") + "/readyz"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _printed_ready(child: _Child) -> bool:
+    try:
+        with child.spec.log.open("rb") as log:
+            log.seek(child.log_offset)
+            output = log.read().decode(errors="replace")
+    except OSError:
+        return False
+    return any(line.startswith(_READY_PREFIX) for line in output.splitlines())
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _start_ticks(pid: int) -> int:
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    return int(raw[raw.rindex(")") + 2 :].split()[19])
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the supervisor dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)

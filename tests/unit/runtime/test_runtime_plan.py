@@ -1,0 +1,152 @@
+"""plan_local: processes, ports, documents; status rendering; state round trip."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tandem.api.v1alpha1 import InferenceCluster, PoolRole
+from tandem.api.validate import load_inference_cluster
+from tandem.frontend.config import FrontendConfig, compute_router_config
+from tandem.router.membership import parse_members
+from tandem.runtime.plan import count_workers, plan_local
+from tandem.runtime.state import ClusterState, Phase, ProcessState
+from tandem.runtime.status import compute_status, render_status
+
+EXAMPLE = Path(__file__).parents[3] / "manifests" / "examples" / "reference-cpu.yaml"
+
+
+def cluster(prefill: int = 2, decode: int = 1) -> InferenceCluster:
+    base = load_inference_cluster(EXAMPLE)
+    spec = base.spec.model_copy(
+        update={
+            "prefill": base.spec.prefill.model_copy(update={"replicas": prefill}),
+            "decode": base.spec.decode.model_copy(update={"replicas": decode}),
+        }
+    )
+    return base.model_copy(update={"spec": spec})
+
+
+def plan(c: InferenceCluster, tmp_path: Path):  # type: ignore[no-untyped-def]
+    ports = list(range(41000, 41000 + count_workers(c)))
+    return plan_local(c, state_dir=tmp_path, frontend_port=8123, worker_ports=ports, python="py")
+
+
+@pytest.mark.parametrize(("prefill", "decode"), [(0, 1), (1, 1), (2, 3)])
+def test_one_process_per_replica_with_distinct_ports(
+    tmp_path: Path, prefill: int, decode: int
+) -> None:
+    c = cluster(prefill, decode)
+    p = plan(c, tmp_path)
+    assert [w.name for w in p.pools[PoolRole.PREFILL].workers] == [
+        f"prefill-{i}" for i in range(prefill)
+    ]
+    assert len(p.pools[PoolRole.DECODE].workers) == decode
+    ports = [w.port for w in p.workers] + [p.frontend.port]
+    assert len(set(ports)) == len(ports) == prefill + decode + 1
+    assert p.endpoint == "http://127.0.0.1:8123/v1"
+    for worker in p.workers:
+        argv = list(worker.argv)
+        assert argv[:3] == ["py", "-m", "tandem.worker"]
+        flags = dict(zip(argv[3::2], argv[4::2], strict=True))
+        assert flags["--port"] == str(worker.port)
+        assert flags["--role"] == worker.component
+        assert flags["--host"] == "127.0.0.1"
+        assert flags["--worker-id"] == f"reference-{worker.name}"
+        assert flags["--engine"] == "reference"
+        assert flags["--kv-backend"] == "nixl"
+        assert json.loads(flags["--engine-options"]) == {}
+        assert dict(worker.env) == {"UCX_TLS": "tcp"}  # from kvTransfer.ucxTransports
+
+
+def test_the_worker_cli_accepts_the_planned_command_line(tmp_path: Path) -> None:
+    worker_main = pytest.importorskip("tandem.worker.main")
+    for worker in plan(cluster(1, 1), tmp_path).workers:
+        args = worker_main.build_parser().parse_args(list(worker.argv[3:]))
+        config = worker_main.config_from_args(args)
+        assert (config.port, config.role.value) == (worker.port, worker.component)
+
+
+def test_kv_backend_override(tmp_path: Path) -> None:
+    c = cluster(1, 1)
+    ports = list(range(41000, 41000 + count_workers(c)))
+    p = plan_local(c, state_dir=tmp_path, frontend_port=1, worker_ports=ports, python="py",
+                   kv_backend="tcp")  # fmt: skip
+    assert all(w.argv[w.argv.index("--kv-backend") + 1] == "tcp" for w in p.workers)
+
+
+def test_wrong_port_count_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="worker ports"):
+        plan_local(cluster(), state_dir=tmp_path, frontend_port=1, worker_ports=[1], python="py")
+
+
+def test_documents_wire_the_frontend_to_the_members_file(tmp_path: Path) -> None:
+    c = cluster(2, 1)
+    p = plan(c, tmp_path)
+    docs = {path.name: text for path, text in p.documents.items()}
+    assert set(docs) == {"frontend.json", "members.json"}
+    frontend = FrontendConfig.model_validate(json.loads(docs["frontend.json"]))
+    assert frontend.workers == {
+        r: f"file://{tmp_path / 'members.json'}" for r in ("prefill", "decode")
+    }
+    assert frontend.served_model == "reference"
+    router = compute_router_config(frontend)
+    assert router.policy.min_prefill_tokens == c.spec.frontend.disaggregation.min_prefill_tokens
+    members = parse_members(json.loads(docs["members.json"]))
+    assert [(m.address, m.role.value) for m in members] == [
+        (w.address, w.component) for w in p.workers
+    ]
+
+
+def test_operator_frontend_document_loads(tmp_path: Path) -> None:
+    contract = pytest.importorskip("tandem_operator.contract")
+    doc = contract.render_frontend_config(cluster(1, 1))
+    config = FrontendConfig.model_validate(doc)
+    assert config.served_model == "reference"
+    assert config.workers["decode"].startswith("dns:///")  # type: ignore[union-attr]
+
+
+def _state() -> ClusterState:
+    def proc(name: str, component: str, port: int) -> ProcessState:
+        return ProcessState(name, component, port, 100 + port, 7, f"/logs/{name}.log")
+
+    return ClusterState(
+        cluster="reference",
+        phase=Phase.RUNNING,
+        endpoint="http://127.0.0.1:8000/v1",
+        supervisor_pid=42,
+        supervisor_start_ticks=9,
+        frontend=proc("frontend", "frontend", 8000),
+        workers=[proc("prefill-0", "prefill", 1), proc("decode-0", "decode", 2),
+                 proc("decode-1", "decode", 3)],
+    )  # fmt: skip
+
+
+def test_state_round_trips() -> None:
+    state = _state()
+    assert ClusterState.from_json(state.to_json()) == state
+
+
+def test_status_counts_ready_workers() -> None:
+    alive = {"supervisor": True, "frontend": True, "prefill-0": True, "decode-0": True}
+    seen = [
+        {"address": "127.0.0.1:1", "healthy": True},
+        {"address": "127.0.0.1:2", "healthy": True},
+        {"address": "127.0.0.1:3", "healthy": True},  # reported healthy but its pid is gone
+    ]
+    status = compute_status(_state(), alive, seen)
+    assert status["endpoint"] == "http://127.0.0.1:8000/v1"
+    assert {p: (v["replicas"], v["ready"]) for p, v in status["pools"].items()} == {
+        "prefill": (1, 1),
+        "decode": (2, 1),
+    }
+    text = render_status(status)
+    assert "decode    1/2 ready" in text and "dead" in text
+
+
+def test_status_without_a_frontend_answer_has_nothing_ready() -> None:
+    status = compute_status(_state(), {"supervisor": False}, None)
+    assert status["phase"] == "stopped"
+    assert all(p["ready"] == 0 for p in status["pools"].values())
