@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml scripts/install-kube-clients.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip setuptools wheel
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e ".[dev,gpu]"
 	$(BIN)/pip install -q --no-deps nixl==$(NIXL_VERSION) nixl-cu12==$(NIXL_VERSION)
 	scripts/install-kube-clients.sh $(VENV)
 	touch $(STAMP)
@@ -52,10 +52,15 @@ test-integration: $(STAMP)
 test-e2e: $(STAMP) cluster-build
 	$(BIN)/pytest -q tests/e2e $(PYTEST_ARGS)
 
-# The README's main-job command: a local InferenceCluster on the CPU reference model,
-# answering one request.
+# The README's main-job command: a local InferenceCluster on the CPU reference model
+# (1 prefill + 1 decode worker, KV over NIXL), answering one request; it keeps serving.
+DEMO_FILE := manifests/examples/reference-cpu.yaml
 demo: $(STAMP)
-	$(BIN)/tandem demo -f manifests/examples/reference-cpu.yaml
+	@$(BIN)/tandem status --name reference >/dev/null 2>&1 || $(BIN)/tandem up -f $(DEMO_FILE) --detach
+	$(BIN)/tandem ask --name reference "What does disaggregated serving split in two?"
+	@$(BIN)/tandem status --name reference
+	@echo "Still serving. Try: curl -s http://127.0.0.1:8000/v1/models"
+	@echo "Stop it with:      $(BIN)/tandem down --name reference"
 
 bench: $(STAMP)
 	$(BIN)/tandem bench --write docs/benchmarks.md

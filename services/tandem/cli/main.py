@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from tandem.cli import devcluster, local, manifests, operator, plan
+from tandem.cli import ask, devcluster, local, manifests, operator, plan
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     operator.register(sub)
     plan.register(sub)
     local.register(sub)
+    ask.register(sub)
     return parser
 
 

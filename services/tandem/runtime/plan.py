@@ -163,7 +163,11 @@ def plan_worker(
     name = f"{role.value}-{index}"
     options = _merge(spec.engine.options.as_dict(), pool.engine_options.as_dict())
     ucx = spec.kv_transfer.ucx_transports
-    env = (("UCX_TLS", ",".join(ucx)),) if ucx else ()
+    # Every local process talks over loopback only: without this UCX also opens
+    # connections on the host's other interfaces.
+    env: tuple[tuple[str, str], ...] = (("UCX_NET_DEVICES", "lo"),)
+    if ucx:
+        env += (("UCX_TLS", ",".join(ucx)),)
     return ProcessSpec(
         name=name,
         component=role.value,

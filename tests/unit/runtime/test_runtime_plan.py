@@ -58,14 +58,16 @@ def test_one_process_per_replica_with_distinct_ports(
         assert flags["--engine"] == "reference"
         assert flags["--kv-backend"] == "nixl"
         assert json.loads(flags["--engine-options"]) == {}
-        assert dict(worker.env) == {"UCX_TLS": "tcp"}  # from kvTransfer.ucxTransports
+        # UCX_TLS from kvTransfer.ucxTransports; loopback only, always.
+        assert dict(worker.env) == {"UCX_NET_DEVICES": "lo", "UCX_TLS": "tcp"}
 
 
 def test_the_worker_cli_accepts_the_planned_command_line(tmp_path: Path) -> None:
-    worker_main = pytest.importorskip("tandem.worker.main")
+    from tandem.worker import main as worker_main
+
     for worker in plan(cluster(1, 1), tmp_path).workers:
         args = worker_main.build_parser().parse_args(list(worker.argv[3:]))
-        config = worker_main.config_from_args(args)
+        config = worker_main.resolve_config(args, worker_main.load_contract(None), env={})
         assert (config.port, config.role.value) == (worker.port, worker.component)
 
 
@@ -101,7 +103,8 @@ def test_documents_wire_the_frontend_to_the_members_file(tmp_path: Path) -> None
 
 
 def test_operator_frontend_document_loads(tmp_path: Path) -> None:
-    contract = pytest.importorskip("tandem_operator.contract")
+    from tandem_operator import contract
+
     doc = contract.render_frontend_config(cluster(1, 1))
     config = FrontendConfig.model_validate(doc)
     assert config.served_model == "reference"

@@ -1,0 +1,99 @@
+"""``tandem ask``: send one chat request to a running local cluster and stream the answer.
+
+It speaks plain OpenAI HTTP (``/v1/chat/completions`` with SSE), exactly what any client
+would send, so it doubles as a smoke test of the endpoint ``tandem up`` printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import httpx
+
+from tandem.runtime.state import cluster_dir, list_clusters, read_state
+
+
+def _endpoint(name: str | None) -> str | None:
+    names = [name] if name else list_clusters()
+    if len(names) != 1:
+        hint = "pass --name" if names else "start one with `tandem up -f FILE --detach`"
+        print(f"error: cannot tell which local cluster to ask ({hint})", file=sys.stderr)
+        return None
+    state = read_state(cluster_dir(names[0]))
+    if state is None or not state.endpoint:
+        print(f"error: cluster {names[0]!r} is not running", file=sys.stderr)
+        return None
+    return state.endpoint
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return response.text[:200]
+
+
+def ask(endpoint: str, model: str | None, prompt: str, max_tokens: int, timeout_s: float) -> int:
+    base = endpoint.rstrip("/")
+    with httpx.Client(timeout=timeout_s) as client:
+        if model is None:
+            models = client.get(f"{base}/models")
+            models.raise_for_status()
+            model = str(models.json()["data"][0]["id"])
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        with client.stream("POST", f"{base}/chat/completions", json=body) as response:
+            if response.status_code != 200:
+                response.read()
+                print(
+                    f"error: HTTP {response.status_code}: {_error_message(response)}",
+                    file=sys.stderr,
+                )
+                return 1
+            usage: dict[str, Any] = {}
+            finish = None
+            for line in response.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line.removeprefix("data: "))
+                for choice in chunk.get("choices", []):
+                    sys.stdout.write(choice.get("delta", {}).get("content") or "")
+                    finish = choice.get("finish_reason") or finish
+                usage = chunk.get("usage") or usage
+                sys.stdout.flush()
+    print()
+    print(
+        f"[model {model}: {usage.get('prompt_tokens', '?')} prompt tokens, "
+        f"{usage.get('completion_tokens', '?')} completion tokens, finish_reason={finish}]"
+    )
+    return 0
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    endpoint = args.endpoint or _endpoint(args.name)
+    if endpoint is None:
+        return 1
+    try:
+        return ask(endpoint, args.model, args.prompt, args.max_tokens, args.timeout)
+    except httpx.HTTPError as exc:
+        print(f"error: {endpoint}: {exc}", file=sys.stderr)
+        return 1
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser("ask", help="send one chat request to a local cluster")
+    p.add_argument("prompt", help="the user message")
+    p.add_argument("--name", help="the local cluster (default: the only one running)")
+    p.add_argument("--endpoint", help="an OpenAI base URL instead, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--model", help="model name (default: the first one the endpoint lists)")
+    p.add_argument("--max-tokens", type=int, default=48, help="tokens to generate (default 48)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds (default 120)")
+    p.set_defaults(handler=cmd_ask)

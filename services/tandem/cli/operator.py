@@ -1,0 +1,106 @@
+"""``tandem operator run``: the Kubernetes operator, in or out of a cluster.
+
+Out of cluster (development, and e2e on the simulated cluster whose pods run no
+containers) it uses ``--kubeconfig`` (or $KUBECONFIG / ~/.kube/config); in a pod it uses
+the ServiceAccount. Either way it competes for the same leader Lease as the chart's
+replicas, so at most one instance reconciles.
+
+The import of ``tandem_operator`` happens inside the command: the ``tandem`` library never
+depends on the operator package; only this entry point (the composition root) does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+DEFAULT_NAMESPACE = "tandem-system"
+
+
+def _default_lease_namespace() -> str:
+    """The pod's own namespace in a cluster, else the chart's conventional one."""
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    with contextlib.suppress(OSError):
+        return SA_NAMESPACE_FILE.read_text().strip()
+    return DEFAULT_NAMESPACE
+
+
+def cmd_operator_run(args: argparse.Namespace) -> int:
+    manager: Any = importlib.import_module("tandem_operator.manager")
+    pods: Any = importlib.import_module("tandem_operator.pods")
+    logging.getLogger().setLevel(getattr(logging, args.log_level.upper()))
+    settings = pods.RenderSettings(
+        image=args.image,
+        trtllm_image=args.trtllm_image,
+        image_pull_policy=args.image_pull_policy,
+    )
+    in_cluster = args.kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ
+    kwargs: dict[str, Any] = {}
+    if args.identity:
+        kwargs["identity"] = args.identity
+    options = manager.OperatorOptions(
+        kubeconfig=args.kubeconfig,
+        in_cluster=in_cluster,
+        namespace=args.namespace,
+        metrics_host=args.metrics_host,
+        metrics_port=args.metrics_port,
+        leader_election_namespace=args.leader_election_namespace or _default_lease_namespace(),
+        workers=args.workers,
+        settings=settings,
+        **kwargs,
+    )
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            if task is not None:
+                loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await manager.run(options)
+
+    asyncio.run(main())
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``tandem operator run`` to the top-level parser."""
+    group = subparsers.add_parser("operator", help="run the Kubernetes operator")
+    commands = group.add_subparsers(dest="operator_command", required=True, metavar="COMMAND")
+    run = commands.add_parser(
+        "run",
+        help="reconcile InferenceClusters (leader-elected; in or out of the cluster)",
+        description="Run the Tandem operator. Out of a cluster it uses --kubeconfig.",
+    )
+    run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+    run.add_argument("--namespace", help="watch only this namespace (default: all)")
+    run.add_argument("--metrics-port", type=int, default=8080, help="port of /metrics, /healthz")
+    run.add_argument("--metrics-host", default="0.0.0.0", help="address to serve metrics on")
+    run.add_argument(
+        "--leader-election-namespace",
+        help=f"namespace of the leader Lease (default: the pod's, else {DEFAULT_NAMESPACE})",
+    )
+    run.add_argument("--identity", help="leader election identity (default: host_random)")
+    run.add_argument("--workers", type=int, default=8, help="concurrent reconciles")
+    run.add_argument(
+        "--image",
+        default="ghcr.io/tandem-dev/tandem:0.1.0",
+        help="image of the frontend and the reference-engine workers",
+    )
+    run.add_argument(
+        "--trtllm-image",
+        default="ghcr.io/tandem-dev/tandem-trtllm:0.1.0",
+        help="image of TensorRT-LLM workers (unless spec.engine.image is set)",
+    )
+    run.add_argument("--image-pull-policy", default="IfNotPresent")
+    run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    run.set_defaults(handler=cmd_operator_run)

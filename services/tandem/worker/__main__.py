@@ -1,0 +1,3 @@
+from tandem.worker.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,33 @@
+"""Worker settings (from the command line, or built directly by tests and launchers)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tandem.worker.admission import AdmissionLimits
+from tandem.worker.types import Role
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    role: Role
+    worker_id: str
+    incarnation: str
+    engine: str = "reference"
+    engine_options: Mapping[str, object] = field(default_factory=dict)
+    host: str = "127.0.0.1"  # gRPC bind address
+    port: int = 0  # 0: any free port (printed in the READY line)
+    advertise_host: str = ""  # how peers reach us; defaults to host
+    kv_backend: str = "tcp"
+    kv_host: str = ""  # TCP KV listener bind address; defaults to host
+    kv_port: int = 0
+    kv_transfer_timeout_s: float = 30.0
+    lease_s: float = 60.0
+    limits: AdmissionLimits = field(default_factory=AdmissionLimits)
+    drain_grace_s: float = 30.0
+    rpc_timeout_s: float = 10.0  # worker -> worker calls (KvAgent, Release)
+
+    @property
+    def public_host(self) -> str:
+        return self.advertise_host or self.host

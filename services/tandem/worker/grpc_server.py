@@ -1,0 +1,97 @@
+"""The gRPC face of a worker: proto <-> domain translation and error -> status mapping.
+
+All behaviour lives in ``WorkerService``; a ``WorkerError`` becomes the gRPC status it
+names, with its message as the details.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, NoReturn, TypeAlias
+
+import grpc
+
+from tandem.proto import worker_pb2 as pb
+from tandem.proto import worker_pb2_grpc
+from tandem.worker import convert
+from tandem.worker.client import CHANNEL_OPTIONS
+from tandem.worker.errors import WorkerError
+from tandem.worker.service import WorkerService
+
+logger = logging.getLogger(__name__)
+
+# grpc ships no type information (mypy sees it as Any); name the role for readers.
+Context: TypeAlias = Any  # grpc.aio.ServicerContext
+
+
+async def _abort(context: Context, exc: WorkerError) -> NoReturn:
+    await context.abort(grpc.StatusCode[exc.grpc_status], exc.message)
+    raise AssertionError("context.abort returned")  # it always raises
+
+
+class WorkerServicer(worker_pb2_grpc.WorkerServicer):
+    def __init__(self, service: WorkerService) -> None:
+        self._service = service
+
+    async def Prefill(self, request: pb.PrefillRequest, context: Context) -> pb.PrefillResponse:
+        try:
+            reply = await self._service.prefill(
+                request.request_id,
+                tuple(request.prompt_token_ids),
+                convert.sampling_from_pb(request.sampling),
+            )
+        except WorkerError as exc:
+            await _abort(context, exc)
+        return convert.prefill_reply_to_pb(reply)
+
+    async def Decode(
+        self, request: pb.DecodeRequest, context: Context
+    ) -> AsyncIterator[pb.DecodeChunk]:
+        remote = (
+            convert.remote_kv_from_pb(request.remote_kv) if request.HasField("remote_kv") else None
+        )
+        first = request.first_token_id if request.HasField("first_token_id") else None
+        stream = self._service.decode(
+            request.request_id,
+            tuple(request.prompt_token_ids),
+            convert.sampling_from_pb(request.sampling),
+            remote,
+            first,
+        )
+        try:
+            async for chunk in stream:
+                yield convert.chunk_to_pb(chunk)
+        except WorkerError as exc:
+            logger.info("decode of %s failed: %s", request.request_id, exc.message)
+            await _abort(context, exc)
+        finally:
+            await stream.aclose()
+
+    async def Release(self, request: pb.ReleaseRequest, context: Context) -> pb.ReleaseResponse:
+        return pb.ReleaseResponse(released=await self._service.release(request.request_id))
+
+    async def Health(self, request: pb.HealthRequest, context: Context) -> pb.HealthResponse:
+        return convert.health_to_pb(self._service.health())
+
+    async def Stats(self, request: pb.StatsRequest, context: Context) -> pb.StatsResponse:
+        return convert.stats_to_pb(self._service.stats())
+
+    async def KvAgent(self, request: pb.KvAgentRequest, context: Context) -> pb.KvAgentResponse:
+        return convert.agent_to_pb(self._service.kv_agent())
+
+    async def Drain(self, request: pb.DrainRequest, context: Context) -> pb.DrainResponse:
+        return pb.DrainResponse(in_flight=await self._service.drain(request.grace_seconds))
+
+
+def create_server(host: str, port: int) -> tuple[grpc.aio.Server, int]:
+    """An unstarted server bound to ``host:port`` (0: any free port) and the bound port."""
+    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot bind the worker's gRPC port on {host}:{port}")
+    return server, bound
+
+
+def add_service(server: grpc.aio.Server, service: WorkerService) -> None:
+    worker_pb2_grpc.add_WorkerServicer_to_server(WorkerServicer(service), server)  # type: ignore[no-untyped-call]

@@ -1,0 +1,174 @@
+"""``python -m tandem.worker``: one prefill, decode or combined worker process.
+
+Prints ``READY <port>`` on stdout once it serves, so launchers can wait for it, and
+drains on SIGTERM/SIGINT (refuse new work, finish what runs, bounded by the grace).
+Settings come from flags, else from the operator's ``--config`` document, else from the
+pod's environment (``POD_NAME`` names the worker, ``POD_IP`` is its address).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from tandem.engines.registry import make_engine
+from tandem.kv import backend_names, make_transport, nixl_available
+from tandem.worker.admission import AdmissionLimits
+from tandem.worker.config import WorkerConfig
+from tandem.worker.contract import ContractError, ContractSettings, read_contract
+from tandem.worker.engine_runner import EngineRunner
+from tandem.worker.grpc_server import add_service, create_server
+from tandem.worker.http_server import create_http_server
+from tandem.worker.service import WorkerService
+from tandem.worker.types import Role
+
+logger = logging.getLogger(__name__)
+
+_UNSPECIFIED_HOSTS = ("", "0.0.0.0", "::")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tandem.worker", description=__doc__)
+    p.add_argument("--role", choices=[r.value for r in Role], help="required unless --config")
+    p.add_argument("--config", type=Path, help="the operator's worker document (JSON)")
+    p.add_argument("--worker-id", help="stable name (default: $POD_NAME, else the hostname)")
+    p.add_argument("--port", type=int, default=0, help="gRPC port (0: any free port)")
+    p.add_argument("--host", default="127.0.0.1", help="gRPC bind address")
+    p.add_argument("--advertise-host", default="", help="address peers use ($POD_IP, --host)")
+    p.add_argument("--http-port", type=int, help="serve /healthz /readyz /metrics /drain")
+    p.add_argument("--incarnation", default="", help="default: random per process start")
+    p.add_argument("--engine", help="engine kind (default: reference)")
+    p.add_argument("--engine-options", type=json.loads, help="JSON object")
+    p.add_argument("--kv-backend", choices=backend_names(), help="default: nixl if installed")
+    p.add_argument("--kv-port", type=int, default=0, help="TCP KV backend port (0: any)")
+    p.add_argument("--kv-transfer-timeout-s", type=float)
+    p.add_argument("--lease-s", type=float, default=60.0, help="how long prefilled KV waits")
+    p.add_argument("--max-queued-requests", type=int, default=64)
+    p.add_argument("--max-queued-tokens", type=int, default=1 << 20)
+    p.add_argument("--max-active-sequences", type=int, default=256)
+    p.add_argument("--drain-grace-s", type=float, default=30.0)
+    p.add_argument("--rpc-timeout-s", type=float, default=10.0)
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def resolve_config(
+    args: argparse.Namespace, contract: ContractSettings, env: Mapping[str, str]
+) -> WorkerConfig:
+    """Flags win over the contract document, which wins over defaults (pure)."""
+    role = args.role or contract.role
+    if role is None:
+        raise SystemExit("--role is required (or a --config document naming it)")
+    options = args.engine_options if args.engine_options is not None else contract.engine_options
+    if not isinstance(options, dict):
+        raise SystemExit("--engine-options must be a JSON object")
+    advertise = args.advertise_host or env.get("POD_IP", "")
+    if not advertise:
+        advertise = "127.0.0.1" if args.host in _UNSPECIFIED_HOSTS else args.host
+    timeout = args.kv_transfer_timeout_s or contract.kv_transfer_timeout_s or 30.0
+    return WorkerConfig(
+        role=Role(role),
+        worker_id=args.worker_id or env.get("POD_NAME") or socket.gethostname(),
+        incarnation=args.incarnation or uuid.uuid4().hex[:12],
+        engine=args.engine or contract.engine or "reference",
+        engine_options=options,
+        host=args.host,
+        port=args.port,
+        advertise_host=advertise,
+        kv_backend=args.kv_backend
+        or contract.kv_backend
+        or ("nixl" if nixl_available() else "tcp"),
+        kv_port=args.kv_port,
+        kv_transfer_timeout_s=timeout,
+        lease_s=args.lease_s,
+        limits=AdmissionLimits(
+            max_queued_requests=args.max_queued_requests,
+            max_queued_tokens=args.max_queued_tokens,
+            max_active_sequences=args.max_active_sequences,
+        ),
+        drain_grace_s=args.drain_grace_s,
+        rpc_timeout_s=args.rpc_timeout_s,
+    )
+
+
+def load_contract(path: Path | None) -> ContractSettings:
+    if path is None:
+        return ContractSettings()
+    try:
+        return read_contract(json.loads(path.read_text()))
+    except (OSError, json.JSONDecodeError, ContractError) as exc:
+        raise SystemExit(f"cannot use worker config {path}: {exc}") from exc
+
+
+async def run_worker(config: WorkerConfig, http_port: int | None = None) -> int:
+    runner = await EngineRunner.start(lambda: make_engine(config.engine, config.engine_options))
+    kv_options: dict[str, str | int | float | None] = {}
+    if config.kv_backend == "tcp":
+        kv_options = {
+            "host": config.kv_host or config.host,
+            "port": config.kv_port,
+            "advertise_host": config.public_host,
+        }
+    transport = make_transport(
+        config.kv_backend,
+        worker_id=config.worker_id,
+        incarnation=config.incarnation,
+        **kv_options,
+    )
+    server, port = create_server(config.host, config.port)
+    service = WorkerService(config, runner, transport, grpc_address=f"{config.public_host}:{port}")
+    add_service(server, service)
+    http = None if http_port is None else create_http_server(service, config.host, http_port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with asyncio.TaskGroup() as tasks:
+        try:
+            await service.start()
+            await server.start()
+            if http is not None:
+                tasks.create_task(http.serve(), name="http")
+            logger.info(
+                "worker %s@%s (%s, KV over %s) serving on %s",
+                config.worker_id,
+                config.incarnation,
+                config.role,
+                config.kv_backend,
+                service.grpc_address,
+            )
+            print(f"READY {port}", flush=True)
+            await stop.wait()
+            left = await service.drain(config.drain_grace_s)
+            logger.info("drained (%d request(s) still in flight); stopping", left)
+        finally:
+            if http is not None:
+                http.should_exit = True
+            await server.stop(grace=1.0)
+            await service.stop()
+            runner.shutdown()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    contract = load_contract(args.config)
+    if contract.ucx_transports and "UCX_TLS" not in os.environ:
+        # Read by UCX when the NIXL agent is created, below.
+        os.environ["UCX_TLS"] = ",".join(contract.ucx_transports)
+    config = resolve_config(args, contract, os.environ)
+    return asyncio.run(run_worker(config, args.http_port))

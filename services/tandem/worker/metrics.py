@@ -1,0 +1,85 @@
+"""The worker's Prometheus series.
+
+Load gauges are read from the service at scrape time (one source of truth with the
+Stats RPC). Labels are bounded: ``rpc`` (prefill|decode), ``outcome`` (ok, cancelled or
+a gRPC status name in lower case), ``backend`` (nixl|tcp).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from tandem.worker.types import WorkerStats
+
+TRANSFER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+PREFILL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+_GAUGES: tuple[tuple[str, str, Callable[[WorkerStats], int]], ...] = (
+    ("queued_requests", "Requests waiting for prefill or a KV pull.", lambda s: s.queued_requests),
+    (
+        "queued_prefill_tokens",
+        "Prompt tokens of requests waiting for prefill.",
+        lambda s: s.queued_prefill_tokens,
+    ),
+    ("active_sequences", "Sequences decoding.", lambda s: s.active_sequences),
+    ("kv_blocks_total", "KV cache blocks in the pool.", lambda s: s.kv_blocks_total),
+    ("kv_blocks_free", "Free KV cache blocks.", lambda s: s.kv_blocks_free),
+    (
+        "kv_held_for_transfer",
+        "Prefilled sequences whose KV waits for a decode worker to pull it.",
+        lambda s: s.held_for_transfer,
+    ),
+)
+
+
+class _LoadCollector(Collector):
+    def __init__(self, stats: Callable[[], WorkerStats]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        stats = self._stats()
+        for name, doc, read in _GAUGES:
+            yield GaugeMetricFamily(f"tandem_worker_{name}", doc, value=read(stats))
+
+
+class WorkerMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.requests = Counter(
+            "tandem_worker_requests_total",
+            "Prefill and Decode RPCs answered, by outcome.",
+            ["rpc", "outcome"],
+            registry=registry,
+        )
+        self.prefill_seconds = Histogram(
+            "tandem_worker_prefill_duration_seconds",
+            "Engine time of one prefill.",
+            buckets=PREFILL_BUCKETS,
+            registry=registry,
+        )
+        self.kv_transfer_bytes = Counter(
+            "tandem_worker_kv_transfer_bytes_total",
+            "KV bytes pulled from prefill workers.",
+            ["backend"],
+            registry=registry,
+        )
+        self.kv_transfer_seconds = Histogram(
+            "tandem_worker_kv_transfer_duration_seconds",
+            "Duration of one KV pull (handshake excluded).",
+            ["backend"],
+            buckets=TRANSFER_BUCKETS,
+            registry=registry,
+        )
+        self.kv_transfer_failures = Counter(
+            "tandem_worker_kv_transfer_failures_total",
+            "KV pulls that failed (peer gone or restarted, timeout, backend error).",
+            ["backend"],
+            registry=registry,
+        )
+
+    def watch_load(self, stats: Callable[[], WorkerStats]) -> None:
+        self.registry.register(_LoadCollector(stats))

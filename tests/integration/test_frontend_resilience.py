@@ -1,0 +1,244 @@
+"""The frontend under faults and load, over real processes (null workers, real gRPC):
+a prefill worker killed mid-traffic, 100 concurrent 32k-token requests, and an HTTP
+fuzz. Numbers are printed (run with -s to see them)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tandem.api.validate import load_inference_cluster
+from tandem.runtime.launcher import detach, down
+from tandem.runtime.state import cluster_dir, read_state
+
+pytestmark = pytest.mark.integration
+
+EXAMPLE = Path(__file__).parents[2] / "manifests" / "examples" / "reference-cpu.yaml"
+NULL_WORKER = "tandem.router.null_worker"
+
+
+def start(tmp_path: Path, name: str, spec_updates: dict[str, Any], token_delay: float) -> str:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"]["name"] = name
+    for section, values in spec_updates.items():
+        doc["spec"].setdefault(section, {}).update(values)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    os.environ["TANDEM_NULL_WORKER_TOKEN_DELAY"] = str(token_delay)
+    try:
+        code = detach(
+            path,
+            load_inference_cluster(path),
+            port=0,
+            progress=lambda _: None,
+            home=tmp_path / "home",
+            worker_module=NULL_WORKER,
+        )
+    finally:
+        del os.environ["TANDEM_NULL_WORKER_TOKEN_DELAY"]
+    assert code == 0
+    state = read_state(cluster_dir(name, tmp_path / "home"))
+    assert state is not None
+    return state.endpoint
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    pattern = rf"^{name}(\{{{re.escape(wanted)}\}})? (\S+)$" if labels else rf"^{name} (\S+)$"
+    for line in text.splitlines():
+        match = re.match(pattern, line)
+        if match:
+            return float(match.groups()[-1])
+    return 0.0
+
+
+def decision_counts(base: str) -> dict[str, float]:
+    text = httpx.get(f"{base}/metrics").text
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        match = re.match(
+            r'^tandem_router_prefill_decisions_total\{path="(\w+)",reason="(\w+)"\} (\S+)', line
+        )
+        if match:
+            out[f"{match[1]}/{match[2]}"] = float(match[3])
+    return out
+
+
+@pytest.fixture
+def cleanup(tmp_path: Path) -> Iterator[list[str]]:
+    names: list[str] = []
+    yield names
+    for name in names:
+        down(name, progress=lambda _: None, home=tmp_path / "home")
+
+
+def test_killing_a_prefill_worker_mid_traffic_fails_no_request(
+    tmp_path: Path, cleanup: list[str]
+) -> None:
+    cleanup.append("kill")
+    endpoint = start(
+        tmp_path, "kill", {"prefill": {"replicas": 1}, "decode": {"replicas": 2}}, 0.005
+    )
+    base = endpoint.removesuffix("/v1")
+    state = read_state(cluster_dir("kill", tmp_path / "home"))
+    assert state is not None
+    prefill_pid = next(w.pid for w in state.workers if w.component == "prefill")
+    body = {"model": "reference", "messages": [{"role": "user", "content": "x" * 200}],
+            "max_tokens": 20, "temperature": 0}  # fmt: skip
+    total, concurrency, kill_after = 120, 6, 30
+    statuses: list[int] = []
+
+    async def drive() -> None:
+        sent = 0
+        async with httpx.AsyncClient(base_url=endpoint, timeout=60) as client:
+
+            async def one() -> None:
+                nonlocal sent
+                while sent < total:
+                    sent += 1
+                    if sent == kill_after:
+                        os.kill(prefill_pid, signal.SIGKILL)
+                    response = await client.post("/chat/completions", json=body)
+                    statuses.append(response.status_code)
+
+            await asyncio.gather(*(one() for _ in range(concurrency)))
+
+    asyncio.run(drive())
+    decisions = decision_counts(base)
+    print(f"\nprefill worker killed after {kill_after} of {total} requests "
+          f"(concurrency {concurrency}): statuses {sorted(set(statuses))}, "
+          f"decisions {decisions}")  # fmt: skip
+    assert statuses == [200] * total
+    assert decisions.get("remote/long_prompt", 0) >= 1
+    fallbacks = sum(v for k, v in decisions.items() if k.startswith("local/"))
+    assert fallbacks >= 1  # requests caught by the kill or the restart went local
+    assert sum(decisions.values()) == total
+
+
+@pytest.mark.parametrize("max_queued", [8, 256])
+def test_one_hundred_concurrent_32k_requests_are_answered_or_refused(
+    tmp_path: Path, cleanup: list[str], max_queued: int
+) -> None:
+    cleanup.append("load")
+    endpoint = start(
+        tmp_path,
+        "load",
+        {
+            "model": {"maxInputTokens": 32768, "maxOutputTokens": 64},
+            "frontend": {"maxQueuedRequests": max_queued},
+        },
+        0.02,
+    )
+    base = endpoint.removesuffix("/v1")
+    before = metric(httpx.get(f"{base}/metrics").text, "process_resident_memory_bytes")
+    prompt = "y" * 32000
+    body = {"model": "reference", "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": 32}  # fmt: skip
+
+    async def burst() -> list[httpx.Response]:
+        limits = httpx.Limits(max_connections=100)
+        async with httpx.AsyncClient(base_url=endpoint, timeout=120, limits=limits) as client:
+            return list(
+                await asyncio.gather(
+                    *(client.post("/chat/completions", json=body) for _ in range(100))
+                )
+            )
+
+    responses = asyncio.run(burst())
+    after = metric(httpx.get(f"{base}/metrics").text, "process_resident_memory_bytes")
+    codes = [r.status_code for r in responses]
+    refused = [r for r in responses if r.status_code == 429]
+    print(f"\n100 concurrent 32k-token requests, maxQueuedRequests={max_queued}: "
+          f"{codes.count(200)} answered, "
+          f"{len(refused)} refused with 429; frontend RSS {before / 2**20:.0f} -> "
+          f"{after / 2**20:.0f} MiB")  # fmt: skip
+    assert set(codes) <= {200, 429}
+    assert codes.count(200) >= min(max_queued, 100)
+    assert all(r.headers.get("retry-after") for r in refused)
+    assert all(r.json()["error"]["code"] == "rate_limit_exceeded" for r in refused)
+    assert after - before < 256 * 2**20
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+FIELDS = ["model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature",
+          "top_p", "seed", "n", "stop", "stream", "stream_options", "logprobs", "tools",
+          "response_format", "echo", "best_of", "user", "presence_penalty"]  # fmt: skip
+VALID_MESSAGES = [{"role": "user", "content": "hello"}]
+
+
+@st.composite
+def bodies(draw: st.DrawFn) -> bytes:
+    kind = draw(st.sampled_from(["mutated", "random-json", "bytes"]))
+    if kind == "bytes":
+        return draw(st.binary(max_size=200))
+    if kind == "random-json":
+        return json.dumps(draw(JSON)).encode()
+    body: dict[str, Any] = {"model": "reference", "messages": VALID_MESSAGES, "prompt": "hi",
+                            "max_tokens": 3}  # fmt: skip
+    for field in draw(st.lists(st.sampled_from(FIELDS), max_size=4)):
+        body[field] = draw(JSON)
+    return json.dumps(body).encode()
+
+
+def test_http_fuzz_never_5xx(tmp_path: Path, cleanup: list[str]) -> None:
+    cleanup.append("fuzz")
+    endpoint = start(tmp_path, "fuzz", {}, 0.0)
+    seen: dict[int, int] = {}
+    started = time.monotonic()
+    with httpx.Client(base_url=endpoint, timeout=30) as client:
+
+        @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(path=st.sampled_from(["/chat/completions", "/completions"]), body=bodies())
+        def check(path: str, body: bytes) -> None:
+            response = client.post(path, content=body, headers={"content-type": "application/json"})
+            seen[response.status_code] = seen.get(response.status_code, 0) + 1
+            assert response.status_code < 500, (body, response.text)
+            assert response.headers.get("x-request-id")
+            if response.status_code >= 400:
+                assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+
+        check()
+        assert client.get("/models").status_code == 200  # still serving afterwards
+    print(f"\nfuzz statuses: {dict(sorted(seen.items()))} ({time.monotonic() - started:.1f}s)")
+
+
+def test_client_disconnect_cancels_the_worker_stream(tmp_path: Path, cleanup: list[str]) -> None:
+    cleanup.append("gone")
+    endpoint = start(tmp_path, "gone", {}, 0.05)  # 512 tokens would take ~25 s
+    base = endpoint.removesuffix("/v1")
+    body = {"model": "reference", "messages": [{"role": "user", "content": "x" * 100}],
+            "max_tokens": 500, "stream": True}  # fmt: skip
+    with httpx.Client(base_url=endpoint, timeout=30) as client:
+        with client.stream("POST", "/chat/completions", json=body) as response:
+            assert response.status_code == 200
+            next(response.iter_lines())  # the first event arrived: decode is running
+        # leaving the block closed the connection mid-stream
+        deadline = time.monotonic() + 20
+        while True:
+            workers = client.get(f"{base}/readyz").json()["workers"]
+            in_flight = metric(
+                client.get(f"{base}/metrics").text, "tandem_router_in_flight_requests"
+            )
+            if in_flight == 0 and all(w["in_flight"] == 0 for w in workers):
+                break
+            assert time.monotonic() < deadline, (in_flight, workers)
+            time.sleep(0.05)

@@ -1,0 +1,114 @@
+"""Pure parts of the worker: admission, layout checks, proto conversion."""
+
+from __future__ import annotations
+
+import pytest
+
+from tandem.engines.base import FinishReason, KvLayout, KvRange, SamplingParams
+from tandem.worker import convert
+from tandem.worker.admission import AdmissionLimits, Load, check_admission
+from tandem.worker.errors import KvLayoutMismatch
+from tandem.worker.handoff import check_layouts_match, compute_pull_timeout
+from tandem.worker.types import (
+    AgentInfo,
+    DecodeChunk,
+    HealthInfo,
+    HealthStatus,
+    PrefillReply,
+    RemoteKvHandle,
+    Role,
+    WorkerStats,
+)
+
+LIMITS = AdmissionLimits(max_queued_requests=4, max_queued_tokens=1000, max_active_sequences=10)
+
+
+@pytest.mark.parametrize(
+    ("load", "prompt", "decoding", "admitted"),
+    [
+        (Load(0, 0, 0), 10, False, True),
+        (Load(3, 500, 0), 500, False, True),
+        (Load(4, 0, 0), 1, False, False),  # queue full
+        (Load(1, 900, 0), 200, False, False),  # token budget
+        (Load(0, 0, 0), 5000, False, True),  # too big alone is still admitted when idle
+        (Load(0, 0, 10), 10, True, False),  # decode slots full
+        (Load(2, 0, 8), 10, True, False),  # starting ones count against decode slots
+        (Load(0, 0, 10), 10, False, True),  # prefill-only work ignores decode slots
+    ],
+)
+def test_admission(load: Load, prompt: int, decoding: bool, admitted: bool) -> None:
+    refusal = check_admission(LIMITS, load, prompt, decoding=decoding)
+    assert (refusal is None) == admitted
+
+
+REMOTE = RemoteKvHandle(
+    worker_id="p",
+    incarnation="i",
+    grpc_address="127.0.0.1:1",
+    backend="tcp",
+    num_tokens=20,
+    ranges=(KvRange(0, 0, 100), KvRange(0, 4096, 60)),
+    opaque=b"\x01",
+    lease_expires_unix=123.5,
+)
+
+
+def test_matching_layouts_pass_and_mismatches_are_named() -> None:
+    check_layouts_match(REMOTE, KvLayout(20, (KvRange(0, 800, 100), KvRange(0, 0, 60))), 20)
+    with pytest.raises(KvLayoutMismatch, match="prompt has 21"):
+        check_layouts_match(REMOTE, KvLayout(21, ()), 21)
+    with pytest.raises(KvLayoutMismatch, match="2 ranges"):
+        check_layouts_match(REMOTE, KvLayout(20, (KvRange(0, 0, 160),)), 20)
+    with pytest.raises(KvLayoutMismatch, match="#1"):
+        check_layouts_match(REMOTE, KvLayout(20, (KvRange(0, 0, 100), KvRange(0, 0, 61))), 20)
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        SamplingParams(max_tokens=5),
+        SamplingParams(max_tokens=7, temperature=0.5, top_p=0.75, seed=0, stop_token_ids=(1, 2)),
+    ],
+)
+def test_sampling_round_trips(sampling: SamplingParams) -> None:
+    assert convert.sampling_from_pb(convert.sampling_to_pb(sampling)) == sampling
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        REMOTE,
+        PrefillReply(7, REMOTE, None, 0.25),
+        PrefillReply(7, None, FinishReason.STOP, 0.5),
+        DecodeChunk((1, 2), FinishReason.LENGTH, 20, True, 4096, 0.125),
+        HealthInfo(HealthStatus.DRAINING, "w", "i", Role.BOTH),
+        WorkerStats(1, 2, 3, 4, 5, 6, 7),
+        AgentInfo("w", "i", "nixl", b"\x00meta"),
+    ],
+)
+def test_domain_values_round_trip_through_proto(value: object) -> None:
+    pairs = {
+        RemoteKvHandle: (convert.remote_kv_to_pb, convert.remote_kv_from_pb),
+        PrefillReply: (convert.prefill_reply_to_pb, convert.prefill_reply_from_pb),
+        DecodeChunk: (convert.chunk_to_pb, convert.chunk_from_pb),
+        HealthInfo: (convert.health_to_pb, convert.health_from_pb),
+        WorkerStats: (convert.stats_to_pb, convert.stats_from_pb),
+        AgentInfo: (convert.agent_to_pb, convert.agent_from_pb),
+    }
+    to_pb, from_pb = pairs[type(value)]
+    assert from_pb(to_pb(value)) == value  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("timeout", "lease_expires", "now", "expected"),
+    [
+        (30.0, 0.0, 1000.0, 30.0),  # no lease: the transfer timeout
+        (30.0, 1100.0, 1000.0, 30.0),  # plenty of lease left
+        (30.0, 1011.0, 1000.0, 10.0),  # the lease (minus a margin) is the bound
+        (30.0, 1000.5, 1000.0, -0.5),  # nearly expired: do not read
+    ],
+)
+def test_pull_timeout_ends_before_the_lease(
+    timeout: float, lease_expires: float, now: float, expected: float
+) -> None:
+    assert compute_pull_timeout(timeout, lease_expires, now) == pytest.approx(expected)
