@@ -98,7 +98,7 @@ def to_structural(node: Schema, defs: dict[str, Schema], *, in_status: bool = Fa
                     and "properties" in child
                     and "default" not in child
                 ):
-                    child["default"] = {}
+                    child["default"] = _nested_defaults(child)
                 out["properties"][name] = child
             if required:
                 out["required"] = sorted(required)
@@ -108,6 +108,25 @@ def to_structural(node: Schema, defs: dict[str, Schema], *, in_status: bool = Fa
     elif kind == "array":
         out["items"] = to_structural(node["items"], defs, in_status=in_status)
     return out
+
+
+def _nested_defaults(node: Schema) -> dict[str, Any]:
+    """The object a defaulted sub-object becomes: the API server validates a default
+    (including its CEL rules) without applying the defaults nested inside it, so ``{}``
+    would fail rules that read those fields."""
+    out: dict[str, Any] = {}
+    for name, prop in node.get("properties", {}).items():
+        if "default" in prop:
+            out[name] = prop["default"]
+    return out
+
+
+def _metadata_schema(model: type[ApiModel]) -> Schema:
+    """``metadata``, with ``name`` declared when a rule reports at ``.metadata.name``: the
+    API server only accepts a rule's fieldPath if the schema declares that path."""
+    if any((r.field_path or "").startswith(".metadata.name") for r in model.cel_rules):
+        return {"type": "object", "properties": {"name": {"type": "string"}}}
+    return {"type": "object"}
 
 
 def _root_schema(model: type[ApiModel]) -> Schema:
@@ -120,7 +139,7 @@ def _root_schema(model: type[ApiModel]) -> Schema:
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            "metadata": _metadata_schema(model),
             "spec": to_structural(props["spec"], defs),
             "status": to_structural(props["status"], defs, in_status=True),
         },

@@ -1,0 +1,130 @@
+"""The contract between the operator and the data-plane pods.
+
+Each process gets a short command line and one JSON document (mounted from the cluster's
+ConfigMap at ``/etc/tandem/<component>.json``). Both are golden-tested
+(tests/unit/operator/golden/), because the worker and frontend parse exactly this:
+
+- worker:   ``python -m tandem.worker --role R --config /etc/tandem/R.json --host 0.0.0.0
+            --port 50051 --http-port 9090``; gRPC on ``--port``, ``/healthz``, ``/readyz``,
+            ``/metrics`` and ``POST /drain`` on ``--http-port``.
+- frontend: ``python -m tandem.frontend --config /etc/tandem/frontend.json --host 0.0.0.0
+            --port P``; OpenAI API plus ``/healthz``, ``/readyz``, ``/metrics``,
+            ``POST /drain`` on ``--port``.
+
+A document only carries what its reader needs, so that changing one pool's size or
+engine options rolls only the pods that read the changed document (each pod template
+carries the hash of its own document).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from tandem.api.v1alpha1 import InferenceCluster, PoolRole, PoolSpec
+from tandem_operator import names
+
+Manifest = dict[str, Any]
+
+CONTRACT_VERSION = 1
+
+
+def pool_spec(cr: InferenceCluster, role: PoolRole) -> PoolSpec:
+    return cr.spec.prefill if role is PoolRole.PREFILL else cr.spec.decode
+
+
+def merge_options(base: Manifest, override: Manifest) -> Manifest:
+    """Pool engine options over cluster engine options; nested mappings merge."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_options(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def render_worker_config(cr: InferenceCluster, role: PoolRole) -> Manifest:
+    """What one worker of ``role`` needs: model, engine, parallelism, KV transfer."""
+    spec = cr.spec
+    pool = pool_spec(cr, role)
+    return {
+        "contractVersion": CONTRACT_VERSION,
+        "cluster": cr.metadata.name,
+        "role": role.value,
+        "model": spec.model.to_wire(),
+        "engine": {
+            "kind": spec.engine.kind.value,
+            "options": merge_options(spec.engine.options.as_dict(), pool.engine_options.as_dict()),
+        },
+        "parallelism": {
+            "tensorParallelSize": pool.tensor_parallel_size,
+            "expertParallelSize": pool.expert_parallel_size,
+            "nodesPerWorker": pool.nodes_per_worker,
+        },
+        "accelerator": spec.accelerator.profile.value,
+        "kvTransfer": spec.kv_transfer.to_wire(),
+    }
+
+
+def render_frontend_config(cr: InferenceCluster) -> Manifest:
+    """What the frontend needs: model limits, routing, and where the workers are."""
+    spec = cr.spec
+    namespace = cr.metadata.namespace or "default"
+    return {
+        "contractVersion": CONTRACT_VERSION,
+        "cluster": cr.metadata.name,
+        "model": spec.model.to_wire(),
+        "servedModelName": spec.model.public_name,
+        "frontend": {
+            "routingPolicy": spec.frontend.routing_policy.value,
+            "disaggregation": spec.frontend.disaggregation.to_wire(),
+            "maxQueuedRequests": spec.frontend.max_queued_requests,
+        },
+        "workers": {
+            role.value: names.worker_address(cr.metadata.name, namespace, role) for role in PoolRole
+        },
+        "kvTransferTimeoutSeconds": spec.kv_transfer.timeout_seconds,
+    }
+
+
+def dump_config(document: Manifest) -> str:
+    """Canonical JSON: stable key order, so equal configs hash equal."""
+    return json.dumps(document, sort_keys=True, indent=2) + "\n"
+
+
+def config_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def worker_command(role: PoolRole) -> list[str]:
+    return [
+        "python",
+        "-m",
+        "tandem.worker",
+        "--role",
+        role.value,
+        "--config",
+        f"{names.CONFIG_MOUNT_PATH}/{names.config_key(role.value)}",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(names.WORKER_GRPC_PORT),
+        "--http-port",
+        str(names.WORKER_HTTP_PORT),
+    ]
+
+
+def frontend_command(port: int) -> list[str]:
+    return [
+        "python",
+        "-m",
+        "tandem.frontend",
+        "--config",
+        f"{names.CONFIG_MOUNT_PATH}/{names.config_key(names.FRONTEND)}",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(port),
+    ]

@@ -1,0 +1,399 @@
+"""Reconcile one InferenceCluster: render -> apply -> observe -> status -> events.
+
+The script is linear and level-triggered: it never asks "what changed?", only "what should
+exist?" and "what exists?". Reads come from the informers' caches; writes are server-side
+applies, sent only when the live object differs from the rendered one (see ``diff``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import pydantic
+
+from tandem.api.v1alpha1 import InferenceCluster, PoolRole, WorkerPoolStatus
+from tandem_operator import metrics, names, reasons
+from tandem_operator.diff import contains, first_difference, needs_apply, owns_field
+from tandem_operator.informer import Key, Store
+from tandem_operator.k8s import (
+    BY_KIND,
+    EVENTS,
+    LEADER_WORKER_SETS,
+    ApiError,
+    Conflict,
+    KubeClient,
+    NotFound,
+)
+from tandem_operator.observe import (
+    Failure,
+    Observed,
+    PodObservation,
+    PoolObservation,
+    observe_pod,
+    observe_workload,
+)
+from tandem_operator.pods import RenderSettings
+from tandem_operator.render import (
+    PoolHandle,
+    render_cluster_children,
+    render_pool_children,
+    render_worker_pool,
+    uses_leader_worker_set,
+)
+from tandem_operator.status import EventRecord, StatusResult, compute_status, status_to_wire
+
+logger = logging.getLogger(__name__)
+
+Manifest = dict[str, Any]
+
+# Kinds the operator creates and may therefore prune (never Pods, never WorkerPools:
+# every cluster always has both pools).
+PRUNABLE_KINDS = ("ConfigMap", "Service", "Deployment", "LeaderWorkerSet", "PodDisruptionBudget")
+REQUEUE_MISSING_API_SECONDS = 30.0
+REQUEUE_APPLY_FAILED_SECONDS = 60.0
+
+
+class InvalidObject(Exception):
+    """The stored object does not parse as our API (e.g. written around the schema)."""
+
+
+class KindNotServed(Exception):
+    """Applying a kind the API server does not serve (its CRD is not installed)."""
+
+    def __init__(self, kind: str, cause: NotFound) -> None:
+        super().__init__(f"{kind} is not served by the API server: {cause.message}")
+        self.kind = kind
+
+
+@dataclass
+class Caches:
+    """The informers' stores, by kind."""
+
+    stores: dict[str, Store]
+
+    def of(self, kind: str) -> Store:
+        return self.stores[kind]
+
+
+def parse_cluster(obj: Manifest) -> InferenceCluster:
+    doc = {k: obj[k] for k in ("apiVersion", "kind", "metadata", "spec", "status") if k in obj}
+    try:
+        return InferenceCluster.model_validate(doc)
+    except pydantic.ValidationError as exc:
+        raise InvalidObject(str(exc)) from None
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Reconciler:
+    def __init__(
+        self,
+        client: KubeClient,
+        caches: Caches,
+        settings: RenderSettings,
+        *,
+        identity: str,
+        now: Callable[[], datetime],
+    ) -> None:
+        self._client = client
+        self._caches = caches
+        self._settings = settings
+        self._identity = identity
+        self._now = now
+
+    # ------------------------------------------------------------------ entry point
+
+    async def reconcile(self, key: Key) -> float | None:
+        """One pass over cluster ``key``; returns a requeue delay, or None."""
+        obj = self._caches.of("InferenceCluster").get(*key)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return None  # gone or going: owner references let the GC remove the children
+        try:
+            cr = parse_cluster(obj)
+        except InvalidObject as exc:
+            metrics.RECONCILE_ERRORS.labels("invalid_spec").inc()
+            logger.warning("[%s/%s] invalid spec: %s", key[0], key[1], exc)
+            return None  # nothing to do until the object changes
+        failure: Failure | None = None
+        requeue: float | None = None
+        pools: dict[PoolRole, Manifest] = {}
+        try:
+            pools = await self._apply_all(cr)
+        except KindNotServed as exc:
+            reason = (
+                reasons.LEADER_WORKER_SET_MISSING
+                if exc.kind == LEADER_WORKER_SETS.kind
+                else reasons.APPLY_FAILED
+            )
+            failure = Failure(reason, _missing_kind_message(exc))
+            requeue = REQUEUE_MISSING_API_SECONDS
+        except ApiError as exc:
+            if exc.status not in (400, 403, 422):
+                raise  # transient: the queue retries with backoff
+            failure = Failure(reasons.APPLY_FAILED, f"{exc.status} {exc.reason}: {exc.message}")
+            requeue = REQUEUE_APPLY_FAILED_SECONDS
+        result = compute_status(cr, self._observe(cr, obj, pools, failure), _rfc3339(self._now()))
+        await self._write_status(cr, obj, result)
+        await self._emit(cr, result.events)
+        return requeue
+
+    # ------------------------------------------------------------------ apply
+
+    async def _apply(self, desired: Manifest) -> Manifest:
+        store = self._caches.of(desired["kind"])
+        meta = desired["metadata"]
+        live = store.get(meta["namespace"], meta["name"])
+        if not needs_apply(desired, live):
+            metrics.APPLIES_SKIPPED.labels(desired["kind"]).inc()
+            assert live is not None
+            return live
+        metrics.APPLIES.labels(desired["kind"]).inc()
+        if live is not None and logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "applying %s %s/%s: differs at %s",
+                desired["kind"],
+                meta["namespace"],
+                meta["name"],
+                first_difference(live, desired),
+            )
+        try:
+            result = await self._client.apply(desired)
+        except NotFound as exc:
+            raise KindNotServed(desired["kind"], exc) from exc
+        store.upsert_if_newer(result)
+        return result
+
+    async def _apply_pool(self, cr: InferenceCluster, role: PoolRole) -> Manifest:
+        """Apply a WorkerPool; under autoscaling, hand its size over to the scalers.
+
+        Autoscaling off: we apply ``spec.replicas`` (force) and so revert any other writer.
+        Autoscaling on: the first apply creates the pool at its starting size; then a second
+        field manager co-owns ``spec.replicas`` and we stop applying it. Server-side apply
+        keeps a field while any manager owns it, so the size is never reset to the CRD
+        default, and HPA/KEDA/the autoscaler become its owners with their first write.
+        """
+        autoscaled = cr.spec.autoscaling.enabled
+        namespace = cr.metadata.namespace or "default"
+        name = names.pool_name(cr.metadata.name, role)
+        live = self._caches.of("WorkerPool").get(namespace, name)
+        if autoscaled and live is not None and _owns_replicas(live):
+            await self._seed_replicas(live)  # autoscaling just turned on: hand over first
+        pool = await self._apply(
+            render_worker_pool(cr, role, include_replicas=live is None or not autoscaled)
+        )
+        if autoscaled and live is None and _owns_replicas(pool):
+            await self._seed_replicas(pool)  # created at its starting size: hand over now
+            pool = await self._apply(render_worker_pool(cr, role, include_replicas=False))
+        return pool
+
+    async def _seed_replicas(self, pool: Manifest) -> None:
+        meta = pool["metadata"]
+        seed = {
+            "apiVersion": pool["apiVersion"],
+            "kind": "WorkerPool",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "spec": {"replicas": pool["spec"]["replicas"]},
+        }
+        # A conflict means another writer already owns a different size: nothing to keep.
+        with contextlib.suppress(Conflict):
+            await self._client.apply(seed, field_manager=names.REPLICAS_FIELD_MANAGER, force=False)
+
+    async def _apply_all(self, cr: InferenceCluster) -> dict[PoolRole, Manifest]:
+        children = render_cluster_children(cr, self._settings, include_pool_replicas=False)
+        others = [c for c in children if c["kind"] != "WorkerPool"]
+        # Stage 1: the ConfigMap and Services, and the pools (their uid and size feed stage 2).
+        first = [c for c in others if c["kind"] != "Deployment"]
+        results = await asyncio.gather(
+            *(self._apply(c) for c in first), *(self._apply_pool(cr, r) for r in PoolRole)
+        )
+        pools = dict(zip(PoolRole, results[len(first) :], strict=True))
+        # Stage 2: workloads, now that their config exists.
+        second = [c for c in others if c["kind"] == "Deployment"]
+        for role, pool in pools.items():
+            handle = PoolHandle(
+                name=pool["metadata"]["name"],
+                uid=pool["metadata"]["uid"],
+                replicas=int(pool["spec"].get("replicas", 1)),
+            )
+            second += render_pool_children(cr, role, handle, self._settings)
+        await asyncio.gather(*(self._apply(c) for c in second))
+        await self._prune(cr, [*children, *second], pools)
+        return pools
+
+    async def _prune(
+        self, cr: InferenceCluster, desired: Iterable[Manifest], pools: dict[PoolRole, Manifest]
+    ) -> None:
+        """Delete children we made that the spec no longer renders (e.g. a Deployment
+        replaced by a LeaderWorkerSet). Only objects owned by this cluster or its pools."""
+        namespace = cr.metadata.namespace or "default"
+        wanted = {(d["kind"], d["metadata"]["name"]) for d in desired}
+        owners = {cr.metadata.uid, *(p["metadata"]["uid"] for p in pools.values())}
+        for kind in PRUNABLE_KINDS:
+            for obj in self._caches.of(kind).for_cluster(namespace, cr.metadata.name):
+                meta = obj["metadata"]
+                owned = any(ref.get("uid") in owners for ref in meta.get("ownerReferences") or ())
+                if (kind, meta["name"]) in wanted or not owned:
+                    continue
+                logger.info(
+                    "[%s/%s] pruning %s %s", namespace, cr.metadata.name, kind, meta["name"]
+                )
+                await self._client.delete(BY_KIND[kind], namespace, meta["name"], uid=meta["uid"])
+
+    # ------------------------------------------------------------------ observe
+
+    def _pods(self, namespace: str, cluster: str, component: str) -> tuple[PodObservation, ...]:
+        pods = self._caches.of("Pod").for_cluster(namespace, cluster)
+        return tuple(
+            observe_pod(p)
+            for p in pods
+            if (p["metadata"].get("labels") or {}).get(names.LABEL_ROLE) == component
+        )
+
+    def _observe(
+        self,
+        cr: InferenceCluster,
+        obj: Manifest,
+        applied_pools: dict[PoolRole, Manifest],
+        failure: Failure | None,
+    ) -> Observed:
+        namespace = cr.metadata.namespace or "default"
+        cluster = cr.metadata.name
+        pools: dict[PoolRole, PoolObservation] = {}
+        for role in PoolRole:
+            name = names.pool_name(cluster, role)
+            pool = self._caches.of("WorkerPool").get(namespace, name) or applied_pools.get(role)
+            if pool is None:
+                continue
+            kind = LEADER_WORKER_SETS.kind if uses_leader_worker_set(cr, role) else "Deployment"
+            workload = self._caches.of(kind).get(namespace, name)
+            pools[role] = PoolObservation(
+                role=role,
+                desired=int(pool["spec"].get("replicas", 1)),
+                pool_generation=int(pool["metadata"].get("generation", 0)),
+                workload=observe_workload(workload) if workload else None,
+                pods=self._pods(namespace, cluster, role.value),
+                previous=_previous_pool_status(pool),
+            )
+        frontend = self._caches.of("Deployment").get(namespace, names.frontend_name(cluster))
+        return Observed(
+            generation=int(obj["metadata"].get("generation", 0)),
+            pools=pools,
+            frontend=observe_workload(frontend) if frontend else None,
+            frontend_desired=cr.spec.frontend.replicas,
+            frontend_pods=self._pods(namespace, cluster, names.FRONTEND),
+            failure=failure,
+        )
+
+    # ------------------------------------------------------------------ status, events
+
+    async def _write_status(
+        self, cr: InferenceCluster, obj: Manifest, result: StatusResult
+    ) -> None:
+        namespace = cr.metadata.namespace or "default"
+        pool_store = self._caches.of("WorkerPool")
+        for role, status in result.pools.items():
+            name = names.pool_name(cr.metadata.name, role)
+            live = pool_store.get(namespace, name)
+            await self._apply_status(pool_store, "WorkerPool", namespace, name, status, live)
+        await self._apply_status(
+            self._caches.of("InferenceCluster"),
+            "InferenceCluster",
+            namespace,
+            cr.metadata.name,
+            result.cluster,
+            obj,
+        )
+
+    async def _apply_status(
+        self,
+        store: Store,
+        kind: str,
+        namespace: str,
+        name: str,
+        status: Any,
+        live: Manifest | None,
+    ) -> None:
+        wire = status_to_wire(status)
+        if live is not None and contains(live.get("status") or {}, wire):
+            return  # unchanged: no write, no watch event, no extra reconcile
+        body = {
+            "apiVersion": BY_KIND[kind].api_version,
+            "kind": kind,
+            "metadata": {"name": name, "namespace": namespace},
+            "status": wire,
+        }
+        try:
+            result = await self._client.apply(body, subresource="status")
+        except NotFound:
+            return  # deleted meanwhile
+        store.upsert_if_newer(result)
+
+    async def _emit(self, cr: InferenceCluster, events: Iterable[EventRecord]) -> None:
+        namespace = cr.metadata.namespace or "default"
+        now = _rfc3339(self._now())
+        for event in events:
+            body = {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"generateName": f"{cr.metadata.name}.", "namespace": namespace},
+                "involvedObject": {
+                    "apiVersion": cr.api_version,
+                    "kind": "InferenceCluster",
+                    "name": cr.metadata.name,
+                    "namespace": namespace,
+                    "uid": cr.metadata.uid,
+                },
+                "reason": event.reason,
+                "message": event.message[:1024],
+                "type": event.type,
+                "source": {"component": names.FIELD_MANAGER},
+                "reportingComponent": names.FIELD_MANAGER,
+                "reportingInstance": self._identity[:128],
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            }
+            try:
+                await self._client.create(EVENTS, namespace, body)
+            except ApiError as exc:
+                # Events are best effort: the status already says the same thing.
+                logger.warning(
+                    "[%s/%s] event %s not recorded: %s",
+                    namespace,
+                    cr.metadata.name,
+                    event.reason,
+                    exc,
+                )
+                continue
+            metrics.EVENTS_EMITTED.labels(event.type).inc()
+
+
+def _owns_replicas(pool: Manifest) -> bool:
+    return owns_field(pool, names.FIELD_MANAGER, ("spec", "replicas"))
+
+
+def _previous_pool_status(pool: Manifest) -> WorkerPoolStatus | None:
+    raw = pool.get("status")
+    if not raw:
+        return None
+    try:
+        return WorkerPoolStatus.model_validate(raw)
+    except pydantic.ValidationError:
+        return None
+
+
+def _missing_kind_message(exc: KindNotServed) -> str:
+    if exc.kind == LEADER_WORKER_SETS.kind:
+        return (
+            "a pool spans several nodes (nodesPerWorker > 1), which needs the LeaderWorkerSet "
+            f"API (sigs.k8s.io/lws); install it in the cluster ({exc})"
+        )
+    return str(exc)

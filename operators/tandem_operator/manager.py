@@ -1,0 +1,232 @@
+"""Wire the operator together: client, health server, leader election, informers, workers.
+
+Only the Lease holder watches and reconciles; standby replicas just compete for the
+Lease, so a failover costs one relist (a second at a hundred clusters).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+
+from tandem_operator import k8s, metrics, names
+from tandem_operator.controller import Caches, Reconciler
+from tandem_operator.health import HealthState, start_server
+from tandem_operator.informer import Informer, Key, key_of
+from tandem_operator.k8s import ApiError, KubeClient
+from tandem_operator.leader import LeaderElector
+from tandem_operator.observe import observe_pod
+from tandem_operator.pods import RenderSettings
+from tandem_operator.workqueue import WorkQueue
+
+logger = logging.getLogger(__name__)
+
+Manifest = dict[str, Any]
+
+LEASE_NAME = "tandem-operator"
+CHILD_SELECTOR = f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY},{names.LABEL_CLUSTER}"
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorOptions:
+    kubeconfig: str | None = None
+    in_cluster: bool = False
+    namespace: str | None = None  # None: every namespace
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int = 8080
+    leader_election_namespace: str = "tandem-system"
+    lease_name: str = LEASE_NAME
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
+    workers: int = 8
+    resync_seconds: float = 600.0
+    settings: RenderSettings = field(default_factory=RenderSettings)
+
+
+def _generation_changed(old: Manifest | None, new: Manifest | None) -> bool:
+    if old is None or new is None:
+        return True
+    before, after = old["metadata"], new["metadata"]
+    return bool(
+        before.get("generation") != after.get("generation")
+        or before.get("deletionTimestamp") != after.get("deletionTimestamp")
+    )
+
+
+def _owner_key(obj: Manifest) -> Key | None:
+    meta = obj["metadata"]
+    cluster = (meta.get("labels") or {}).get(names.LABEL_CLUSTER)
+    if obj.get("kind") == "WorkerPool":
+        cluster = (obj.get("spec") or {}).get("clusterName") or cluster
+    return (meta.get("namespace", ""), cluster) if cluster else None
+
+
+class Controller:
+    """Informers, a work queue and workers: everything the leader runs."""
+
+    def __init__(self, client: KubeClient, options: OperatorOptions) -> None:
+        self.queue: WorkQueue[Key] = WorkQueue()
+        self.informers: list[Informer] = []
+        self._options = options
+        ns = options.namespace
+
+        def informer(
+            resource: k8s.Resource,
+            on_change: Callable[[Manifest | None, Manifest | None], None],
+            **kw: Any,
+        ) -> Informer:
+            inf = Informer(client, resource, namespace=ns, on_change=on_change, **kw)
+            self.informers.append(inf)
+            return inf
+
+        clusters = informer(k8s.INFERENCE_CLUSTERS, self._on_cluster)
+        informer(k8s.WORKER_POOLS, self._on_pool, keep_managed_fields=True)
+        for resource in (k8s.DEPLOYMENTS, k8s.SERVICES, k8s.CONFIG_MAPS, k8s.PDBS):
+            informer(resource, self._on_child, label_selector=CHILD_SELECTOR)
+        informer(k8s.PODS, self._on_pod, label_selector=CHILD_SELECTOR)
+        informer(
+            k8s.LEADER_WORKER_SETS, self._on_child, label_selector=CHILD_SELECTOR, optional=True
+        )
+        self._clusters = clusters
+        caches = Caches({inf.resource.kind: inf.store for inf in self.informers})
+        self.reconciler = Reconciler(
+            client,
+            caches,
+            options.settings,
+            identity=options.identity,
+            now=lambda: datetime.now(UTC),
+        )
+
+    def synced(self) -> bool:
+        return all(inf.synced.is_set() for inf in self.informers)
+
+    # ------------------------------------------------------------------ event -> key
+
+    def _on_cluster(self, old: Manifest | None, new: Manifest | None) -> None:
+        metrics.MANAGED_CLUSTERS.set(len(self._clusters.store))
+        if new is None:
+            if old is not None:
+                self.queue.forget(key_of(old))
+            return
+        # Our own status writes do not bump the generation: skip them.
+        if _generation_changed(old, new):
+            self.queue.add(key_of(new))
+
+    def _on_pool(self, old: Manifest | None, new: Manifest | None) -> None:
+        obj = new or old
+        if obj is not None and _generation_changed(old, new):
+            key = _owner_key(obj)
+            if key:
+                self.queue.add(key)
+
+    def _on_child(self, old: Manifest | None, new: Manifest | None) -> None:
+        obj = new or old
+        key = _owner_key(obj) if obj is not None else None
+        if key:
+            self.queue.add(key)
+
+    def _on_pod(self, old: Manifest | None, new: Manifest | None) -> None:
+        # Readiness counts come from the workloads' status; pods only matter for the
+        # problems they reveal (unschedulable, image pull, crash loop). Filtering here
+        # saves most reconciles while hundreds of pods start.
+        before = observe_pod(old).problem if old else None
+        after = observe_pod(new).problem if new else None
+        if before != after:
+            self._on_child(old, new)
+
+    # ------------------------------------------------------------------ loops
+
+    async def _work(self) -> None:
+        while True:
+            key = await self.queue.get()
+            started = time.perf_counter()
+            outcome = "success"
+            try:
+                requeue = await self.reconciler.reconcile(key)
+                self.queue.forget(key)
+                if requeue is not None:
+                    outcome = "requeue"
+                    self.queue.add_after(key, requeue)
+            except ApiError as exc:
+                outcome = "error"
+                metrics.RECONCILE_ERRORS.labels("api").inc()
+                delay = self.queue.add_rate_limited(key)
+                logger.warning("[%s/%s] reconcile failed: %s (retry in %.1fs)", *key, exc, delay)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                outcome = "error"
+                metrics.RECONCILE_ERRORS.labels("connection").inc()
+                delay = self.queue.add_rate_limited(key)
+                logger.warning("[%s/%s] reconcile failed: %r (retry in %.1fs)", *key, exc, delay)
+            finally:
+                self.queue.done(key)
+                metrics.RECONCILES.labels(outcome).inc()
+                metrics.RECONCILE_DURATION.observe(time.perf_counter() - started)
+
+    async def _resync(self) -> None:
+        """Level-triggered safety net: revisit every cluster now and then."""
+        while True:
+            await asyncio.sleep(self._options.resync_seconds)
+            for obj in self._clusters.store.items():
+                self.queue.add(key_of(obj))
+
+    async def run(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                for inf in self.informers:
+                    tasks.create_task(inf.run())
+                await asyncio.gather(*(inf.synced.wait() for inf in self.informers))
+                logger.info("caches synced: %d InferenceClusters", len(self._clusters.store))
+                for _ in range(self._options.workers):
+                    tasks.create_task(self._work())
+                tasks.create_task(self._resync())
+        finally:
+            self.queue.close()
+
+
+async def run(options: OperatorOptions) -> None:
+    """Run until cancelled: serve probes, compete for the Lease, reconcile while leading."""
+    client = await KubeClient.connect(options.kubeconfig, in_cluster=options.in_cluster)
+    elector = LeaderElector(
+        client,
+        name=options.lease_name,
+        namespace=options.leader_election_namespace,
+        identity=options.identity,
+    )
+    current: list[Controller] = []
+
+    async def lead() -> None:
+        controller = Controller(client, options)
+        current[:] = [controller]
+        try:
+            await controller.run()
+        finally:
+            current.clear()
+
+    state = HealthState(
+        last_activity=lambda: elector.last_activity,
+        is_leader=lambda: elector.is_leader,
+        synced=lambda: bool(current) and current[0].synced(),
+    )
+    runner = await start_server(state, options.metrics_host, options.metrics_port)
+    logger.info(
+        "tandem operator %s: metrics on %s:%d, lease %s/%s, watching %s",
+        options.identity,
+        options.metrics_host,
+        options.metrics_port,
+        options.leader_election_namespace,
+        options.lease_name,
+        options.namespace or "all namespaces",
+    )
+    try:
+        await elector.run(lead)
+    finally:
+        await runner.cleanup()
+        await client.close()

@@ -1,0 +1,98 @@
+"""Deterministic names, labels and annotations of everything the operator creates.
+
+Names are derived from the InferenceCluster's name only, so a restarted operator (or a
+second replica) computes exactly the same objects: idempotence by construction.
+"""
+
+from __future__ import annotations
+
+from tandem.api.v1alpha1 import PoolRole
+
+FIELD_MANAGER = "tandem-operator"
+# Under autoscaling the pool size must survive the operator no longer applying
+# ``spec.replicas``; this second manager keeps (co-)owning the field so server-side apply
+# never drops it back to the CRD default. HPA/KEDA/the autoscaler take it over on write.
+REPLICAS_FIELD_MANAGER = "tandem-operator-replicas"
+
+MANAGED_BY = "tandem-operator"
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_PART_OF = "app.kubernetes.io/part-of"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+# Selector labels: stable for the life of an object (Deployment selectors are immutable).
+LABEL_CLUSTER = "tandem.dev/cluster"
+LABEL_ROLE = "tandem.dev/role"  # frontend | prefill | decode
+
+ANNOTATION_CONFIG_HASH = "tandem.dev/config-hash"  # on pod templates: pods roll on change
+ANNOTATION_APPLIED_HASH = "tandem.dev/applied-hash"  # on objects: what we last applied
+ANNOTATION_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+
+FRONTEND = "frontend"
+
+# Ports of the data-plane contract (see pods.py).
+WORKER_GRPC_PORT = 50051
+WORKER_HTTP_PORT = 9090
+
+CONFIG_MOUNT_PATH = "/etc/tandem"
+
+
+def frontend_name(cluster: str) -> str:
+    return f"{cluster}-{FRONTEND}"
+
+
+def pool_name(cluster: str, role: PoolRole) -> str:
+    """The WorkerPool, its workload, headless Service and PDB all share this name."""
+    return f"{cluster}-{role.value}"
+
+
+def config_map_name(cluster: str) -> str:
+    return f"{cluster}-config"
+
+
+def config_key(component: str) -> str:
+    """ConfigMap key read by one component (``frontend``, ``prefill``, ``decode``)."""
+    return f"{component}.json"
+
+
+def selector_labels(cluster: str, component: str) -> dict[str, str]:
+    """The immutable selector of a component's pods."""
+    return {LABEL_CLUSTER: cluster, LABEL_ROLE: component}
+
+
+def standard_labels(cluster: str, component: str) -> dict[str, str]:
+    """Labels on every object and pod: app.kubernetes.io/* plus the selector labels."""
+    return {
+        LABEL_NAME: "tandem",
+        LABEL_INSTANCE: cluster,
+        LABEL_COMPONENT: "frontend" if component == FRONTEND else "worker",
+        LABEL_PART_OF: "tandem",
+        LABEL_MANAGED_BY: MANAGED_BY,
+        **selector_labels(cluster, component),
+    }
+
+
+def cluster_labels(cluster: str) -> dict[str, str]:
+    """Labels of objects that belong to the whole cluster (the ConfigMap)."""
+    return {
+        LABEL_NAME: "tandem",
+        LABEL_INSTANCE: cluster,
+        LABEL_PART_OF: "tandem",
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_CLUSTER: cluster,
+    }
+
+
+def label_selector(labels: dict[str, str]) -> str:
+    """``k=v,k=v`` in a stable order, as /scale's ``status.selector`` wants it."""
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def endpoint(cluster: str, namespace: str, port: int) -> str:
+    return f"http://{frontend_name(cluster)}.{namespace}.svc:{port}"
+
+
+def worker_address(cluster: str, namespace: str, role: PoolRole) -> str:
+    """gRPC target the frontend resolves to find a pool's ready workers (headless DNS)."""
+    return f"dns:///{pool_name(cluster, role)}.{namespace}.svc:{WORKER_GRPC_PORT}"

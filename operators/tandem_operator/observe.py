@@ -1,0 +1,145 @@
+"""Raw API objects -> the few facts status needs (pure).
+
+Keeping this apart from ``status`` lets the status logic be table-tested with small typed
+values instead of full Deployment/Pod JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tandem.api.v1alpha1 import PoolRole, WorkerPoolStatus
+from tandem_operator import reasons
+
+Manifest = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadObservation:
+    """A Deployment's or LeaderWorkerSet's status (LWS counts groups, not pods)."""
+
+    generation: int = 0
+    observed_generation: int | None = None  # None: the kind does not report it
+    replicas: int = 0
+    ready: int = 0
+    updated: int = 0
+
+    @property
+    def current(self) -> bool:
+        """Has the workload's controller seen its latest spec?"""
+        return self.observed_generation is None or self.observed_generation >= self.generation
+
+
+@dataclass(frozen=True, slots=True)
+class PodProblem:
+    reason: str  # one of the Degraded reasons in ``reasons``
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodObservation:
+    name: str
+    ready: bool = False
+    problem: PodProblem | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PoolObservation:
+    role: PoolRole
+    desired: int  # the WorkerPool's spec.replicas: what the pool should have
+    pool_generation: int = 0
+    workload: WorkloadObservation | None = None
+    pods: tuple[PodObservation, ...] = ()
+    previous: WorkerPoolStatus | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why the last reconcile could not apply the desired state."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    generation: int
+    pools: Mapping[PoolRole, PoolObservation] = field(default_factory=dict)
+    frontend: WorkloadObservation | None = None
+    frontend_desired: int = 1
+    frontend_pods: tuple[PodObservation, ...] = ()
+    failure: Failure | None = None
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def observe_workload(obj: Manifest) -> WorkloadObservation:
+    status = obj.get("status") or {}
+    observed = status.get("observedGeneration")
+    return WorkloadObservation(
+        generation=_int(obj.get("metadata", {}).get("generation")),
+        observed_generation=observed if isinstance(observed, int) else None,
+        replicas=_int(status.get("replicas")),
+        ready=_int(status.get("readyReplicas")),
+        updated=_int(status.get("updatedReplicas")),
+    )
+
+
+# Scheduler messages ("0/9 nodes are available: 4 Insufficient nvidia.com/gpu, 5 node(s)
+# had untolerated taint ...") -> the most specific reason, most actionable first.
+_SCHEDULER_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("Insufficient nvidia.com/gpu", reasons.INSUFFICIENT_GPU),
+    ("Insufficient cpu", reasons.INSUFFICIENT_CPU),
+    ("Insufficient memory", reasons.INSUFFICIENT_MEMORY),
+    ("didn't match Pod's node affinity/selector", reasons.NO_MATCHING_NODES),
+    ("untolerated taint", reasons.NO_MATCHING_NODES),
+)
+
+_WAITING_REASONS: Mapping[str, str] = {
+    "ImagePullBackOff": reasons.IMAGE_PULL_FAILED,
+    "ErrImagePull": reasons.IMAGE_PULL_FAILED,
+    "InvalidImageName": reasons.IMAGE_PULL_FAILED,
+    "CrashLoopBackOff": reasons.CRASH_LOOP,
+}
+
+
+def classify_unschedulable(message: str) -> str:
+    for needle, reason in _SCHEDULER_PATTERNS:
+        if needle in message:
+            return reason
+    return reasons.UNSCHEDULABLE
+
+
+def _conditions(obj: Manifest) -> Iterable[Manifest]:
+    return (obj.get("status") or {}).get("conditions") or ()
+
+
+def observe_pod(obj: Manifest) -> PodObservation:
+    name = obj.get("metadata", {}).get("name", "")
+    ready = False
+    problem: PodProblem | None = None
+    for cond in _conditions(obj):
+        if cond.get("type") == "Ready":
+            ready = cond.get("status") == "True"
+        elif (
+            cond.get("type") == "PodScheduled"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "Unschedulable"
+        ):
+            message = cond.get("message") or "pod cannot be scheduled"
+            problem = PodProblem(classify_unschedulable(message), message)
+    if problem is None:
+        for container in (obj.get("status") or {}).get("containerStatuses") or ():
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            reason = _WAITING_REASONS.get(waiting.get("reason", ""))
+            if reason:
+                problem = PodProblem(reason, waiting.get("message") or waiting["reason"])
+                break
+    if obj.get("metadata", {}).get("deletionTimestamp"):
+        ready = False  # terminating pods are leaving the pool
+        problem = None
+    return PodObservation(name=name, ready=ready, problem=problem)

@@ -1,0 +1,286 @@
+"""Pod templates of the frontend and the workers (pure).
+
+The hardware parts come from ``profiles``; the command lines and config documents from
+``contract``. What this module decides:
+
+- probes: a startup probe sized for model loading, then readiness (``/readyz``, flips to
+  false while draining) and liveness (``/healthz``);
+- graceful drain: a ``preStop`` hook (``GET /drain`` returns once in-flight requests are
+  done) and a termination grace period long enough for the longest request;
+- a hardened, unprivileged container where the image allows it (read-only root
+  filesystem, writable ``/tmp`` only), no API credentials in data-plane pods.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from tandem.api.v1alpha1 import EngineKind, InferenceCluster, PoolRole
+from tandem_operator import names
+from tandem_operator.contract import (
+    frontend_command,
+    pool_spec,
+    worker_command,
+)
+from tandem_operator.profiles import WorkerHardware, get_profile, render_worker_hardware
+
+Manifest = dict[str, Any]
+
+# Grace periods assume a stream produces at least this many tokens per second; a decode
+# worker asked to stop finishes its longest admissible answer within the grace period.
+MIN_STREAM_TOKENS_PER_SECOND = 20
+GRACE_FLOOR_SECONDS = 60
+GRACE_CEILING_SECONDS = 900
+NON_ROOT_UID = 65532
+
+
+@dataclass(frozen=True, slots=True)
+class RenderSettings:
+    """Operator-wide rendering inputs (from flags / chart values, never from env here)."""
+
+    image: str = "ghcr.io/tandem-dev/tandem:0.1.0"  # frontend and reference workers
+    trtllm_image: str = "ghcr.io/tandem-dev/tandem-trtllm:0.1.0"  # TensorRT-LLM workers
+    image_pull_policy: str = "IfNotPresent"
+    frontend_resources: Manifest = field(
+        default_factory=lambda: {
+            "requests": {"cpu": "500m", "memory": "512Mi"},
+            "limits": {"memory": "2Gi"},
+        }
+    )
+
+
+def clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(high, value))
+
+
+def decode_grace_seconds(cr: InferenceCluster) -> int:
+    """Long enough to finish the longest answer the model may give."""
+    stream = math.ceil(cr.spec.model.max_output_tokens / MIN_STREAM_TOKENS_PER_SECOND)
+    return clamp(30 + stream, GRACE_FLOOR_SECONDS, GRACE_CEILING_SECONDS)
+
+
+def prefill_grace_seconds(cr: InferenceCluster) -> int:
+    """A prefill worker holds KV until the decode side pulled it (bounded by the timeout)."""
+    hold = math.ceil(cr.spec.kv_transfer.timeout_seconds)
+    return clamp(30 + hold + 30, GRACE_FLOOR_SECONDS, GRACE_CEILING_SECONDS)
+
+
+def grace_seconds(cr: InferenceCluster, component: str) -> int:
+    if component == PoolRole.PREFILL.value:
+        return prefill_grace_seconds(cr)
+    return decode_grace_seconds(cr)  # decode workers and the frontend relay whole streams
+
+
+def worker_image(cr: InferenceCluster, settings: RenderSettings) -> str:
+    if cr.spec.engine.image:
+        return cr.spec.engine.image
+    if cr.spec.engine.kind is EngineKind.TRTLLM:
+        return settings.trtllm_image
+    return settings.image
+
+
+def merge_pod_spec(base: Manifest, override: Manifest) -> Manifest:
+    """Strategic-merge-style overlay: maps merge, named lists merge by ``name``."""
+    out = dict(base)
+    for key, value in override.items():
+        current = out.get(key)
+        if isinstance(value, dict) and isinstance(current, dict):
+            out[key] = merge_pod_spec(current, value)
+        elif isinstance(value, list) and isinstance(current, list) and _named(value + current):
+            merged = {item["name"]: item for item in current}
+            for item in value:
+                prior = merged.get(item["name"])
+                merged[item["name"]] = merge_pod_spec(prior, item) if prior else item
+            out[key] = list(merged.values())
+        else:
+            out[key] = value
+    return out
+
+
+def _named(items: list[Any]) -> bool:
+    return all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in items)
+
+
+def _downward_env(*fields: tuple[str, str]) -> list[Manifest]:
+    return [{"name": n, "valueFrom": {"fieldRef": {"fieldPath": p}}} for n, p in fields]
+
+
+def _security_context(non_root: bool) -> Manifest:
+    ctx: Manifest = {"allowPrivilegeEscalation": False}
+    if non_root:
+        ctx |= {
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "runAsUser": NON_ROOT_UID,
+            "capabilities": {"drop": ["ALL"]},
+        }
+    return ctx
+
+
+def _probes(port: str, startup_budget_seconds: int) -> Manifest:
+    period = 5
+    return {
+        "startupProbe": {
+            "httpGet": {"path": "/healthz", "port": port},
+            "periodSeconds": period,
+            "failureThreshold": max(1, startup_budget_seconds // period),
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": port},
+            "periodSeconds": period,
+            "failureThreshold": 2,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": port},
+            "periodSeconds": 10,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
+        "lifecycle": {"preStop": {"httpGet": {"path": "/drain", "port": port}}},
+    }
+
+
+def _config_volume(cr: InferenceCluster, component: str) -> Manifest:
+    key = names.config_key(component)
+    return {
+        "name": "config",
+        "configMap": {
+            "name": names.config_map_name(cr.metadata.name),
+            "items": [{"key": key, "path": key}],
+        },
+    }
+
+
+def _spread(selector: dict[str, str]) -> list[Manifest]:
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector},
+        }
+    ]
+
+
+def _pod_spec(
+    *,
+    container: Manifest,
+    volumes: list[Manifest],
+    grace: int,
+    selector: dict[str, str],
+    hardware: WorkerHardware | None,
+) -> Manifest:
+    spec: Manifest = {
+        "automountServiceAccountToken": False,  # data-plane pods never call the API
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": grace,
+        "containers": [container],
+        "volumes": volumes,
+        "topologySpreadConstraints": _spread(selector),
+    }
+    non_root = hardware.non_root if hardware else True
+    if non_root:
+        spec["securityContext"] = {
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+    if hardware:
+        if hardware.node_selector:
+            spec["nodeSelector"] = hardware.node_selector
+        if hardware.affinity:
+            spec["affinity"] = hardware.affinity
+        if hardware.tolerations:
+            spec["tolerations"] = hardware.tolerations
+    return spec
+
+
+def render_worker_pod_template(
+    cr: InferenceCluster, role: PoolRole, settings: RenderSettings, config_hash: str
+) -> Manifest:
+    """The PodTemplateSpec of one pool's workers."""
+    cluster = cr.metadata.name
+    pool = pool_spec(cr, role)
+    hardware = render_worker_hardware(cr.spec.accelerator.profile, pool, cr.spec.kv_transfer)
+    startup_budget = 900 if get_profile(cr.spec.accelerator.profile).has_gpus else 300
+    env = _downward_env(
+        ("POD_NAME", "metadata.name"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+        ("POD_IP", "status.podIP"),
+    )
+    env += hardware.env
+    env += [e.to_wire() for e in pool.env]
+    container: Manifest = {
+        "name": "worker",
+        "image": worker_image(cr, settings),
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": worker_command(role),
+        "ports": [
+            {"name": "grpc", "containerPort": names.WORKER_GRPC_PORT, "protocol": "TCP"},
+            {"name": "http", "containerPort": names.WORKER_HTTP_PORT, "protocol": "TCP"},
+        ],
+        "env": env,
+        "resources": hardware.resources,
+        "volumeMounts": [
+            {"name": "config", "mountPath": names.CONFIG_MOUNT_PATH, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+            *hardware.volume_mounts,
+        ],
+        "securityContext": _security_context(hardware.non_root),
+        **_probes("http", startup_budget),
+    }
+    volumes = [_config_volume(cr, role.value), {"name": "tmp", "emptyDir": {}}, *hardware.volumes]
+    selector = names.selector_labels(cluster, role.value)
+    spec = _pod_spec(
+        container=container,
+        volumes=volumes,
+        grace=grace_seconds(cr, role.value),
+        selector=selector,
+        hardware=hardware,
+    )
+    if pool.pod_template.spec is not None:
+        spec = merge_pod_spec(spec, pool.pod_template.spec.as_dict())
+    labels = {**pool.pod_template.labels, **names.standard_labels(cluster, role.value)}
+    annotations = {**pool.pod_template.annotations, names.ANNOTATION_CONFIG_HASH: config_hash}
+    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": spec}
+
+
+def render_frontend_pod_template(
+    cr: InferenceCluster, settings: RenderSettings, config_hash: str
+) -> Manifest:
+    cluster = cr.metadata.name
+    port = cr.spec.frontend.port
+    container: Manifest = {
+        "name": "frontend",
+        "image": settings.image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": frontend_command(port),
+        "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
+        "env": _downward_env(
+            ("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")
+        ),
+        "resources": settings.frontend_resources,
+        "volumeMounts": [
+            {"name": "config", "mountPath": names.CONFIG_MOUNT_PATH, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+        "securityContext": _security_context(non_root=True),
+        **_probes("http", startup_budget_seconds=120),
+    }
+    volumes = [_config_volume(cr, names.FRONTEND), {"name": "tmp", "emptyDir": {}}]
+    selector = names.selector_labels(cluster, names.FRONTEND)
+    spec = _pod_spec(
+        container=container,
+        volumes=volumes,
+        grace=grace_seconds(cr, names.FRONTEND),
+        selector=selector,
+        hardware=None,
+    )
+    return {
+        "metadata": {
+            "labels": names.standard_labels(cluster, names.FRONTEND),
+            "annotations": {names.ANNOTATION_CONFIG_HASH: config_hash},
+        },
+        "spec": spec,
+    }

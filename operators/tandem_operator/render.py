@@ -1,0 +1,322 @@
+"""Render every child of an InferenceCluster: pure ``render_*(cr, ...) -> dict | list``.
+
+No client, clock or environment here: the same spec always renders the same objects, so
+reconcile is idempotent by construction and everything is testable without a cluster.
+What the renderer needs from the cluster (the pools' current size and uid, for owner
+references) is passed in by the controller.
+
+Object tree (all names derived from the cluster name ``C``)::
+
+    InferenceCluster C
+    ├── ConfigMap C-config          frontend.json, prefill.json, decode.json
+    ├── Deployment C-frontend       + Service C-frontend (the endpoint)
+    ├── WorkerPool C-prefill        (/scale target)
+    │   ├── Deployment C-prefill    (LeaderWorkerSet when nodesPerWorker > 1)
+    │   ├── Service C-prefill       headless: the router resolves ready workers by DNS
+    │   └── PodDisruptionBudget C-prefill
+    └── WorkerPool C-decode         (same children)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tandem.api.v1alpha1 import API_VERSION, InferenceCluster, PoolRole
+from tandem_operator import names
+from tandem_operator.contract import (
+    config_hash,
+    dump_config,
+    pool_spec,
+    render_frontend_config,
+    render_worker_config,
+)
+from tandem_operator.pods import (
+    RenderSettings,
+    render_frontend_pod_template,
+    render_worker_pod_template,
+)
+from tandem_operator.profiles import get_profile, render_worker_hardware
+
+Manifest = dict[str, Any]
+
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolHandle:
+    """What the pool's children need from the live WorkerPool: owner identity and size."""
+
+    name: str
+    uid: str
+    replicas: int
+
+
+def owner_reference(api_version: str, kind: str, name: str, uid: str) -> Manifest:
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _cluster_owner(cr: InferenceCluster) -> Manifest:
+    return owner_reference(API_VERSION, "InferenceCluster", cr.metadata.name, cr.metadata.uid or "")
+
+
+def _meta(cr: InferenceCluster, name: str, labels: dict[str, str], owner: Manifest) -> Manifest:
+    return {
+        "name": name,
+        "namespace": cr.metadata.namespace or "default",
+        "labels": labels,
+        "ownerReferences": [owner],
+    }
+
+
+def stamp_applied_hash(obj: Manifest) -> Manifest:
+    """Annotate ``obj`` with a hash of itself: a changed hash on the live object means the
+    desired state changed (including fields we stopped applying), so it must be applied."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    meta = dict(obj["metadata"])
+    meta["annotations"] = {**meta.get("annotations", {}), names.ANNOTATION_APPLIED_HASH: digest}
+    return {**obj, "metadata": meta}
+
+
+# --------------------------------------------------------------------- cluster-level
+
+
+def render_config_text(cr: InferenceCluster, component: str) -> str:
+    """The config document of one component (frontend, prefill, decode), canonical JSON."""
+    if component == names.FRONTEND:
+        return dump_config(render_frontend_config(cr))
+    return dump_config(render_worker_config(cr, PoolRole(component)))
+
+
+def render_config_texts(cr: InferenceCluster) -> dict[str, str]:
+    """Component name -> its config document."""
+    return {c: render_config_text(cr, c) for c in (names.FRONTEND, *(r.value for r in PoolRole))}
+
+
+def render_config_map(cr: InferenceCluster) -> Manifest:
+    texts = render_config_texts(cr)
+    cluster = cr.metadata.name
+    return stamp_applied_hash(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _meta(
+                cr,
+                names.config_map_name(cluster),
+                names.cluster_labels(cluster),
+                _cluster_owner(cr),
+            ),
+            "data": {names.config_key(component): text for component, text in texts.items()},
+        }
+    )
+
+
+def render_frontend(cr: InferenceCluster, settings: RenderSettings) -> list[Manifest]:
+    """The frontend Deployment and its Service (the cluster's endpoint)."""
+    cluster = cr.metadata.name
+    name = names.frontend_name(cluster)
+    labels = names.standard_labels(cluster, names.FRONTEND)
+    selector = names.selector_labels(cluster, names.FRONTEND)
+    digest = config_hash(render_config_text(cr, names.FRONTEND))
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(cr, name, labels, _cluster_owner(cr)),
+        "spec": {
+            "replicas": cr.spec.frontend.replicas,
+            "selector": {"matchLabels": selector},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+            },
+            "revisionHistoryLimit": 3,
+            "template": render_frontend_pod_template(cr, settings, digest),
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(cr, name, labels, _cluster_owner(cr)),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [
+                {
+                    "name": "http",
+                    "port": cr.spec.frontend.port,
+                    "targetPort": "http",
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+    return [stamp_applied_hash(deployment), stamp_applied_hash(service)]
+
+
+def render_worker_pool(cr: InferenceCluster, role: PoolRole, *, include_replicas: bool) -> Manifest:
+    """The WorkerPool of ``role``.
+
+    ``include_replicas`` is False once autoscaling owns the pool's size: server-side apply
+    then leaves ``spec.replicas`` to whoever writes /scale (HPA, KEDA, the autoscaler).
+    """
+    cluster = cr.metadata.name
+    pool = pool_spec(cr, role)
+    spec: Manifest = {
+        "clusterName": cluster,
+        "role": role.value,
+        "minReplicas": pool.min_replicas,
+        "maxReplicas": pool.max_replicas,
+    }
+    if include_replicas:
+        spec["replicas"] = pool.replicas
+    return stamp_applied_hash(
+        {
+            "apiVersion": API_VERSION,
+            "kind": "WorkerPool",
+            "metadata": _meta(
+                cr,
+                names.pool_name(cluster, role),
+                names.standard_labels(cluster, role.value),
+                _cluster_owner(cr),
+            ),
+            "spec": spec,
+        }
+    )
+
+
+def render_cluster_children(
+    cr: InferenceCluster, settings: RenderSettings, *, include_pool_replicas: bool
+) -> list[Manifest]:
+    """Everything owned directly by the InferenceCluster."""
+    return [
+        render_config_map(cr),
+        *render_frontend(cr, settings),
+        *(render_worker_pool(cr, r, include_replicas=include_pool_replicas) for r in PoolRole),
+    ]
+
+
+# --------------------------------------------------------------------- pool-level
+
+
+def uses_leader_worker_set(cr: InferenceCluster, role: PoolRole) -> bool:
+    return pool_spec(cr, role).nodes_per_worker > 1
+
+
+def pool_selector(cr: InferenceCluster, role: PoolRole) -> dict[str, str]:
+    """Pods the pool's Service, PDB and /scale selector address (LWS: group leaders)."""
+    selector = names.selector_labels(cr.metadata.name, role.value)
+    if uses_leader_worker_set(cr, role):
+        selector[LWS_WORKER_INDEX_LABEL] = "0"
+    return selector
+
+
+def _render_workload(
+    cr: InferenceCluster, role: PoolRole, pool: PoolHandle, settings: RenderSettings
+) -> Manifest:
+    cluster = cr.metadata.name
+    spec = pool_spec(cr, role)
+    labels = names.standard_labels(cluster, role.value)
+    owner = owner_reference(API_VERSION, "WorkerPool", pool.name, pool.uid)
+    digest = config_hash(render_config_text(cr, role.value))
+    template = render_worker_pod_template(cr, role, settings, digest)
+    hardware = render_worker_hardware(cr.spec.accelerator.profile, spec, cr.spec.kv_transfer)
+    if uses_leader_worker_set(cr, role):
+        return {
+            "apiVersion": LWS_API_VERSION,
+            "kind": "LeaderWorkerSet",
+            "metadata": _meta(cr, pool.name, labels, owner),
+            "spec": {
+                "replicas": pool.replicas,
+                "startupPolicy": "LeaderCreated",
+                "rolloutStrategy": {
+                    "type": "RollingUpdate",
+                    "rollingUpdateConfiguration": {
+                        "maxSurge": hardware.max_surge,
+                        "maxUnavailable": max(1, hardware.max_unavailable),
+                    },
+                },
+                "leaderWorkerTemplate": {
+                    "size": spec.nodes_per_worker,
+                    # A TP group that lost one member cannot serve: restart it whole.
+                    "restartPolicy": "RecreateGroupOnPodRestart",
+                    "workerTemplate": template,
+                },
+            },
+        }
+    gpu = get_profile(cr.spec.accelerator.profile).has_gpus
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(cr, pool.name, labels, owner),
+        "spec": {
+            "replicas": pool.replicas,
+            "selector": {"matchLabels": names.selector_labels(cluster, role.value)},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {
+                    "maxSurge": hardware.max_surge,
+                    "maxUnavailable": hardware.max_unavailable,
+                },
+            },
+            "revisionHistoryLimit": 3,
+            # Loading large weights takes minutes; only then is a rollout "stuck".
+            "progressDeadlineSeconds": 1800 if gpu else 600,
+            "template": template,
+        },
+    }
+
+
+def render_pool_children(
+    cr: InferenceCluster, role: PoolRole, pool: PoolHandle, settings: RenderSettings
+) -> list[Manifest]:
+    """A pool's workload (Deployment or LeaderWorkerSet), headless Service and PDB."""
+    cluster = cr.metadata.name
+    labels = names.standard_labels(cluster, role.value)
+    owner = owner_reference(API_VERSION, "WorkerPool", pool.name, pool.uid)
+    selector = pool_selector(cr, role)
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(cr, pool.name, labels, owner),
+        "spec": {
+            "clusterIP": "None",
+            "selector": selector,
+            # publishNotReadyAddresses stays false: the router only resolves ready workers.
+            "ports": [
+                {"name": "grpc", "port": names.WORKER_GRPC_PORT, "targetPort": "grpc"},
+                {"name": "http", "port": names.WORKER_HTTP_PORT, "targetPort": "http"},
+            ],
+        },
+    }
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(cr, pool.name, labels, owner),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": selector},
+            # Evicting a worker that never became ready costs nothing; do not block drains.
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+    return [
+        stamp_applied_hash(_render_workload(cr, role, pool, settings)),
+        stamp_applied_hash(service),
+        stamp_applied_hash(pdb),
+    ]
+
+
+def render_deletion_cost_patch(cost: int) -> Manifest:
+    """Merge patch for a pod the autoscaler wants removed first (lower cost goes first)."""
+    return {"metadata": {"annotations": {names.ANNOTATION_DELETION_COST: str(cost)}}}

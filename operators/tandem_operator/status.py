@@ -1,0 +1,342 @@
+"""``compute_status(cr, observed, now) -> StatusResult`` (pure).
+
+The rules, in the order a user relies on them:
+
+- **Ready** is True only when the frontend and every pool have at least their desired
+  number of ready replicas, the decode pool is not empty, and the latest spec was applied.
+  Never Ready while a pool is short.
+- **Degraded** is True when something outside the operator's reach blocks progress: pods
+  the scheduler refuses (``InsufficientGPU`` ...), images that do not pull, crash loops, an
+  invalid spec or a failed apply. Its message carries the scheduler's own words.
+- **Progressing** is True while a rollout or a scale is in flight.
+
+Condition times only move when a condition's status changes; Events are derived from the
+transitions and emitted by the caller *after* the status is persisted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tandem.api.v1alpha1 import (
+    Condition,
+    InferenceCluster,
+    InferenceClusterPools,
+    InferenceClusterStatus,
+    PoolRole,
+    PoolStatus,
+    WorkerPoolStatus,
+)
+from tandem_operator import names, reasons
+from tandem_operator.observe import (
+    Observed,
+    PodObservation,
+    PodProblem,
+    PoolObservation,
+    WorkloadObservation,
+)
+from tandem_operator.render import pool_selector
+
+# Most actionable first: when several pods fail differently, the status names this one.
+PROBLEM_PRIORITY: tuple[str, ...] = (
+    reasons.INSUFFICIENT_GPU,
+    reasons.INSUFFICIENT_CPU,
+    reasons.INSUFFICIENT_MEMORY,
+    reasons.NO_MATCHING_NODES,
+    reasons.UNSCHEDULABLE,
+    reasons.IMAGE_PULL_FAILED,
+    reasons.CRASH_LOOP,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class StatusResult:
+    cluster: InferenceClusterStatus
+    pools: Mapping[PoolRole, WorkerPoolStatus]
+    events: tuple[EventRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Assessment:
+    """One component (a pool or the frontend) judged against its desired size."""
+
+    label: str
+    desired: int
+    replicas: int
+    ready: int
+    updated: int
+    current: bool
+    problem: PodProblem | None
+    problem_pods: int
+
+    @property
+    def short(self) -> bool:
+        return self.ready < self.desired
+
+    @property
+    def progress_reason(self) -> str | None:
+        if not self.current:
+            return reasons.ROLLING_OUT
+        if self.replicas < self.desired:
+            return reasons.SCALING_UP
+        if self.updated < self.desired:
+            return reasons.ROLLING_OUT
+        if self.replicas > self.desired:
+            return reasons.SCALING_DOWN
+        if self.short:
+            return reasons.PODS_NOT_READY
+        return None
+
+
+def _worst_problem(pods: tuple[PodObservation, ...]) -> tuple[PodProblem | None, int]:
+    problems = [p.problem for p in pods if p.problem is not None]
+    if not problems:
+        return None, 0
+    problems.sort(key=lambda p: PROBLEM_PRIORITY.index(p.reason))
+    return problems[0], len(problems)
+
+
+def _assess(
+    label: str,
+    desired: int,
+    workload: WorkloadObservation | None,
+    pods: tuple[PodObservation, ...],
+) -> _Assessment:
+    problem, count = _worst_problem(pods)
+    if workload is None:
+        return _Assessment(label, desired, 0, 0, 0, desired == 0, problem, count)
+    return _Assessment(
+        label,
+        desired,
+        workload.replicas,
+        workload.ready,
+        workload.updated,
+        workload.current,
+        problem,
+        count,
+    )
+
+
+def _condition(
+    kind: str,
+    status: bool,
+    reason: str,
+    message: str,
+    *,
+    previous: list[Condition],
+    generation: int,
+    now: str,
+) -> Condition:
+    value = "True" if status else "False"
+    before = next((c for c in previous if c.type == kind), None)
+    since = before.last_transition_time if before and before.status == value else now
+    return Condition(
+        type=kind,
+        status=value,
+        reason=reason,
+        message=message,
+        last_transition_time=since,
+        observed_generation=generation,
+    )
+
+
+def _summary(parts: list[_Assessment]) -> str:
+    return ", ".join(f"{a.label} {a.ready}/{a.desired} ready" for a in parts)
+
+
+def _degraded(observed: Observed, parts: list[_Assessment]) -> tuple[str, str] | None:
+    if observed.failure is not None:
+        return observed.failure.reason, observed.failure.message
+    troubled = [(PROBLEM_PRIORITY.index(p.problem.reason), p) for p in parts if p.problem]
+    if not troubled:
+        return None
+    _, worst = min(troubled, key=lambda item: item[0])
+    assert worst.problem is not None
+    return (
+        worst.problem.reason,
+        f"{worst.label}: {worst.problem_pods} pod(s) affected: {worst.problem.message}",
+    )
+
+
+def _pool_status(
+    cr: InferenceCluster, pool: PoolObservation, part: _Assessment, now: str
+) -> WorkerPoolStatus:
+    previous = list(pool.previous.conditions) if pool.previous else []
+    ready = part.current and not part.short
+    if ready:
+        reason = reasons.POOL_READY
+    elif part.problem:
+        reason = part.problem.reason
+    else:
+        reason = part.progress_reason or reasons.PODS_NOT_READY
+    message = f"{part.ready}/{part.desired} ready"
+    if part.problem and not ready:
+        message += f": {part.problem.message}"
+    return WorkerPoolStatus(
+        observed_generation=pool.pool_generation,
+        replicas=part.replicas,
+        ready_replicas=part.ready,
+        updated_replicas=part.updated,
+        desired_replicas=part.desired,
+        selector=names.label_selector(pool_selector(cr, pool.role)),
+        conditions=[
+            _condition(
+                reasons.READY,
+                ready,
+                reason,
+                message,
+                previous=previous,
+                generation=pool.pool_generation,
+                now=now,
+            )
+        ],
+    )
+
+
+def compute_status(cr: InferenceCluster, observed: Observed, now: str) -> StatusResult:
+    """The InferenceCluster's and its WorkerPools' status, plus the Events to emit."""
+    previous_status = cr.status or InferenceClusterStatus()
+    previous = list(previous_status.conditions)
+    generation = observed.generation
+
+    pool_parts = {
+        role: _assess(role.value, p.desired, p.workload, p.pods)
+        for role, p in observed.pools.items()
+    }
+    frontend = _assess(
+        names.FRONTEND, observed.frontend_desired, observed.frontend, observed.frontend_pods
+    )
+    parts = [*pool_parts.values(), frontend]
+
+    degraded = _degraded(observed, parts)
+    decode = pool_parts.get(PoolRole.DECODE)
+    if observed.failure is not None:
+        ready, ready_reason, ready_message = (
+            False,
+            observed.failure.reason,
+            observed.failure.message,
+        )
+    elif decode is None or decode.desired == 0:
+        ready, ready_reason = False, reasons.NO_DECODE_WORKERS
+        ready_message = "the decode pool has no workers; nothing can stream tokens"
+    elif any(p.short for p in parts):
+        ready = False
+        ready_reason = degraded[0] if degraded else reasons.PODS_NOT_READY
+        ready_message = _summary(parts)
+    else:
+        ready, ready_reason, ready_message = True, reasons.CLUSTER_READY, _summary(parts)
+
+    progress = [(p.label, p.progress_reason) for p in parts if p.progress_reason]
+    conditions = [
+        _condition(
+            reasons.READY,
+            ready,
+            ready_reason,
+            ready_message,
+            previous=previous,
+            generation=generation,
+            now=now,
+        ),
+        _condition(
+            reasons.PROGRESSING,
+            bool(progress),
+            progress[0][1] or reasons.UP_TO_DATE if progress else reasons.UP_TO_DATE,
+            ", ".join(f"{label}: {reason}" for label, reason in progress) or "up to date",
+            previous=previous,
+            generation=generation,
+            now=now,
+        ),
+        _condition(
+            reasons.DEGRADED,
+            degraded is not None,
+            degraded[0] if degraded else reasons.AS_EXPECTED,
+            degraded[1] if degraded else "",
+            previous=previous,
+            generation=generation,
+            now=now,
+        ),
+    ]
+
+    def pool_status(role: PoolRole) -> PoolStatus:
+        part = pool_parts.get(role)
+        if part is None:
+            return PoolStatus(desired=0, replicas=0, ready=0, updated=0)
+        return PoolStatus(
+            desired=part.desired, replicas=part.replicas, ready=part.ready, updated=part.updated
+        )
+
+    namespace = cr.metadata.namespace or "default"
+    applied = observed.failure is None
+    status = InferenceClusterStatus(
+        observed_generation=generation if applied else previous_status.observed_generation,
+        conditions=conditions,
+        pools=InferenceClusterPools(
+            prefill=pool_status(PoolRole.PREFILL), decode=pool_status(PoolRole.DECODE)
+        ),
+        endpoint=names.endpoint(cr.metadata.name, namespace, cr.spec.frontend.port),
+    )
+    pools = {
+        role: _pool_status(cr, observed.pools[role], part, now) for role, part in pool_parts.items()
+    }
+    events = _events(previous_status, status)
+    return StatusResult(cluster=status, pools=pools, events=events)
+
+
+def _find(conditions: list[Condition], kind: str) -> Condition | None:
+    return next((c for c in conditions if c.type == kind), None)
+
+
+def _events(
+    before: InferenceClusterStatus, after: InferenceClusterStatus
+) -> tuple[EventRecord, ...]:
+    events: list[EventRecord] = []
+    old_ready = _find(list(before.conditions), reasons.READY)
+    new_ready = _find(list(after.conditions), reasons.READY)
+    if new_ready is not None:
+        if new_ready.status == "True" and (old_ready is None or old_ready.status != "True"):
+            events.append(EventRecord("Normal", reasons.EVENT_READY, new_ready.message))
+        elif new_ready.status != "True" and old_ready is not None and old_ready.status == "True":
+            events.append(
+                EventRecord(
+                    "Warning",
+                    reasons.EVENT_NOT_READY,
+                    f"{new_ready.reason}: {new_ready.message}",
+                )
+            )
+    old_degraded = _find(list(before.conditions), reasons.DEGRADED)
+    new_degraded = _find(list(after.conditions), reasons.DEGRADED)
+    was = old_degraded is not None and old_degraded.status == "True"
+    if new_degraded is not None and new_degraded.status == "True":
+        if not was or (old_degraded is not None and old_degraded.reason != new_degraded.reason):
+            events.append(EventRecord("Warning", new_degraded.reason, new_degraded.message))
+    elif was:
+        events.append(EventRecord("Normal", reasons.EVENT_RECOVERED, "no longer degraded"))
+    if before.conditions:  # a first status is not a resize
+        for role in PoolRole:
+            old = getattr(before.pools, role.value).desired
+            new = getattr(after.pools, role.value).desired
+            if old != new:
+                events.append(
+                    EventRecord(
+                        "Normal", reasons.EVENT_POOL_RESIZED, f"{role.value}: {old} -> {new}"
+                    )
+                )
+    return tuple(events)
+
+
+def status_to_wire(status: Any) -> dict[str, Any]:
+    """The fields this operator owns, camelCase: fields never set (queue depth, written by
+    the autoscaler under its own field manager) are left out of the apply."""
+    out: dict[str, Any] = status.model_dump(
+        mode="json", by_alias=True, exclude_none=True, exclude_unset=True
+    )
+    return out

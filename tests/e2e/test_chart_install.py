@@ -1,0 +1,81 @@
+"""The chart's lifecycle on the real test control plane: install, upgrade, uninstall."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tandem.devcluster import DevCluster
+from tandem.devcluster.probes import wait_until
+
+pytestmark = pytest.mark.k8s
+
+CHART = Path(__file__).resolve().parents[2] / "charts" / "tandem"
+HELM = Path(sys.executable).parent / "helm"
+RELEASE = "chart-e2e"
+NAMESPACE = "chart-e2e"
+WAIT_S = 60.0
+
+
+def helm(cluster: DevCluster, *args: str) -> str:
+    argv = [str(HELM), f"--kubeconfig={cluster.kubeconfig}", *args]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
+    assert result.returncode == 0, f"helm {' '.join(args)}:\n{result.stderr}"
+    return result.stdout
+
+
+def get(cluster: DevCluster, *args: str) -> Any:
+    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+
+
+def release_objects(cluster: DevCluster) -> list[str]:
+    selector = f"app.kubernetes.io/instance={RELEASE}"
+    namespaced = get(
+        cluster, "deploy,sa,role,rolebinding,service,pdb", "-n", NAMESPACE, "-l", selector
+    )["items"]
+    cluster_wide = get(cluster, "clusterrole,clusterrolebinding", "-l", selector)["items"]
+    return sorted(f"{o['kind']}/{o['metadata']['name']}" for o in namespaced + cluster_wide)
+
+
+def test_install_upgrade_uninstall(k8s_cluster: DevCluster) -> None:
+    notes = helm(k8s_cluster, "install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace")
+    assert "kubectl port-forward svc/reference-frontend 8000:8000" in notes
+    assert release_objects(k8s_cluster) == [
+        "ClusterRole/chart-e2e-tandem-operator",
+        "ClusterRoleBinding/chart-e2e-tandem-operator",
+        "Deployment/chart-e2e-tandem-operator",
+        "PodDisruptionBudget/chart-e2e-tandem-operator",
+        "Role/chart-e2e-tandem-leader-election",
+        "RoleBinding/chart-e2e-tandem-leader-election",
+        "Service/chart-e2e-tandem-metrics",
+        "ServiceAccount/chart-e2e-tandem",
+    ]
+    for crd in ("inferenceclusters.tandem.dev", "workerpools.tandem.dev"):
+        k8s_cluster.wait_crd_established(crd, timeout_s=WAIT_S)
+    # The pods are scheduled like real ones (kwok runs no containers): non-root and
+    # read-only root filesystem pass admission as they are.
+    k8s_cluster.kubectl(
+        "rollout", "status", f"deploy/{RELEASE}-tandem-operator", "-n", NAMESPACE,
+        f"--timeout={WAIT_S:.0f}s",
+    )  # fmt: skip
+
+    helm(
+        k8s_cluster, "upgrade", RELEASE, str(CHART), "-n", NAMESPACE,
+        "--set", "replicaCount=3", "--set", "operator.logLevel=debug",
+    )  # fmt: skip
+    deployment = get(k8s_cluster, "deploy", f"{RELEASE}-tandem-operator", "-n", NAMESPACE)
+    assert deployment["spec"]["replicas"] == 3
+    assert "--log-level=debug" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    helm(k8s_cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
+    wait_until(
+        lambda: release_objects(k8s_cluster) == [], timeout_s=WAIT_S, what="release objects gone"
+    )
+    # Helm never deletes CRDs (that would delete every InferenceCluster with them).
+    assert get(k8s_cluster, "crd", "inferenceclusters.tandem.dev")["metadata"]["name"]
+    k8s_cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false")

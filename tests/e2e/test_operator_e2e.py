@@ -1,0 +1,462 @@
+"""The operator on the real test control plane, installed the way a platform team does it.
+
+One module-scoped setup: ``helm install`` the chart (CRDs, RBAC, the in-cluster operator
+Deployment, whose kwok pods run no containers), then run the operator *out of cluster*
+with a token of the chart's own ServiceAccount, so every request it makes is checked
+against the chart's RBAC: a missing permission fails these tests.
+
+Tests run in file order and share the installation; each uses its own namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tandem.devcluster import DevCluster
+from tandem.devcluster.probes import wait_until
+from tandem_operator.harness import OperatorProcess, write_token_kubeconfig
+
+pytestmark = pytest.mark.k8s
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "tandem"
+EXAMPLES = REPO / "manifests" / "examples"
+HELM = Path(sys.executable).parent / "helm"
+RELEASE = "tandem"
+SYSTEM_NS = "tandem-system"
+SERVICE_ACCOUNT = "tandem"  # the chart's full name for release "tandem"
+WAIT_S = 60.0
+Json = dict[str, Any]
+
+
+@dataclass
+class Env:
+    cluster: DevCluster
+    sa_kubeconfig: Path
+    logs: Path
+    operator: OperatorProcess
+
+    def start_operator(self, identity: str) -> OperatorProcess:
+        process = OperatorProcess(
+            self.sa_kubeconfig,
+            log_path=self.logs / f"operator-{identity}.log",
+            lease_namespace=SYSTEM_NS,
+            identity=identity,
+        )
+        return process.start()
+
+
+def helm(cluster: DevCluster, *args: str) -> str:
+    argv = [str(HELM), f"--kubeconfig={cluster.kubeconfig}", *args]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
+    assert result.returncode == 0, f"helm {' '.join(args)}:\n{result.stderr}"
+    return result.stdout
+
+
+def get_json(cluster: DevCluster, *args: str) -> Json:
+    out: Json = json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+    return out
+
+
+def items(cluster: DevCluster, *args: str) -> list[Json]:
+    found: list[Json] = get_json(cluster, *args)["items"]
+    return found
+
+
+def condition(obj: Json, kind: str) -> Json:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond["type"] == kind:
+            return dict(cond)
+    return {}
+
+
+def eventually(check: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
+    wait_until(check, timeout_s=timeout_s, what=what)
+
+
+def apply_file(cluster: DevCluster, path: Path, namespace: str) -> str:
+    doc = yaml.safe_load(path.read_text())
+    doc["metadata"]["namespace"] = namespace
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(doc))
+    name: str = doc["metadata"]["name"]
+    return name
+
+
+def patch_ic(cluster: DevCluster, namespace: str, name: str, spec: Json) -> None:
+    cluster.kubectl(
+        "patch", "ic", name, "-n", namespace, "--type=merge", "-p", json.dumps({"spec": spec})
+    )
+
+
+def ic(cluster: DevCluster, namespace: str, name: str) -> Json:
+    return get_json(cluster, "ic", name, "-n", namespace)
+
+
+def is_ready(cluster: DevCluster, namespace: str, name: str) -> bool:
+    obj = ic(cluster, namespace, name)
+    status = obj.get("status") or {}
+    return (
+        condition(obj, "Ready").get("status") == "True"
+        and status.get("observedGeneration") == obj["metadata"]["generation"]
+    )
+
+
+def wait_ready(cluster: DevCluster, namespace: str, name: str, timeout_s: float = WAIT_S) -> None:
+    eventually(lambda: is_ready(cluster, namespace, name), f"{namespace}/{name} Ready", timeout_s)
+
+
+def assert_event(cluster: DevCluster, namespace: str, name: str, reason: str) -> None:
+    """Events follow the status write that caused them: poll for them."""
+
+    def recorded() -> bool:
+        events = items(cluster, "events", "-n", namespace, "--field-selector", f"reason={reason}")
+        return any(e["involvedObject"]["name"] == name for e in events)
+
+    eventually(recorded, f"a {reason} event for {name}", timeout_s=10)
+
+
+def children(cluster: DevCluster, namespace: str, name: str, kind: str) -> list[Json]:
+    return items(cluster, kind, "-n", namespace, "-l", f"tandem.dev/cluster={name}")
+
+
+def replicas_of(cluster: DevCluster, kind: str, namespace: str, name: str) -> int:
+    value: int = get_json(cluster, kind, name, "-n", namespace)["spec"]["replicas"]
+    return value
+
+
+@pytest.fixture(scope="module")
+def env(k8s_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    logs = tmp_path_factory.mktemp("operator")
+    helm(k8s_cluster, "install", RELEASE, str(CHART), "-n", SYSTEM_NS, "--create-namespace")
+    for crd in ("inferenceclusters.tandem.dev", "workerpools.tandem.dev"):
+        k8s_cluster.wait_crd_established(crd, timeout_s=WAIT_S)
+    token = k8s_cluster.kubectl(
+        "create", "token", SERVICE_ACCOUNT, "-n", SYSTEM_NS, "--duration=2h"
+    ).stdout.strip()
+    sa_kubeconfig = write_token_kubeconfig(k8s_cluster.kubeconfig, token, logs / "sa.kubeconfig")
+    first = OperatorProcess(
+        sa_kubeconfig, log_path=logs / "operator-a.log", lease_namespace=SYSTEM_NS, identity="a"
+    ).start()
+    environment = Env(k8s_cluster, sa_kubeconfig, logs, first)
+    try:
+        first.wait_ready()
+        eventually(lambda: first.metric("tandem_operator_leader") == 1, "operator a to lead")
+        yield environment
+    finally:
+        environment.operator.stop()
+        print(f"operator logs in {logs}")
+
+
+@pytest.fixture
+def namespace(env: Env, request: pytest.FixtureRequest) -> Iterator[str]:
+    base = request.node.name.removeprefix("test_").replace("_", "-")[:40].strip("-")
+    name = f"{base}-{uuid.uuid4().hex[:6]}"
+    env.cluster.kubectl("create", "namespace", name)
+    env.cluster.kubectl(
+        "wait", "--for=create", "serviceaccount/default", "-n", name, f"--timeout={WAIT_S:.0f}s"
+    )
+    yield name
+    env.cluster.kubectl("delete", "namespace", name, "--wait=false")
+
+
+# --------------------------------------------------------------------------- install
+
+
+def test_chart_installs_the_operator_with_its_rbac(env: Env) -> None:
+    deployment = get_json(env.cluster, "deployment", "tandem-operator", "-n", SYSTEM_NS)
+    assert deployment["spec"]["replicas"] == 2
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert deployment["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    # The in-cluster replicas run no containers here (kwok); ours holds the shared Lease.
+    lease = get_json(env.cluster, "lease", "tandem-operator", "-n", SYSTEM_NS)
+    assert lease["spec"]["holderIdentity"] == "a"
+    # The ServiceAccount may do what the operator needs and nothing broader.
+    can = env.cluster.kubectl(
+        "auth", "can-i", "delete", "inferenceclusters.tandem.dev",
+        f"--as=system:serviceaccount:{SYSTEM_NS}:{SERVICE_ACCOUNT}", check=False,
+    )  # fmt: skip
+    assert can.stdout.strip() == "no"
+
+
+# --------------------------------------------------------------------------- reference
+
+
+def test_reference_cluster_becomes_ready_with_every_child(env: Env, namespace: str) -> None:
+    cluster = env.cluster
+    name = apply_file(cluster, EXAMPLES / "reference-cpu.yaml", namespace)
+    wait_ready(cluster, namespace, name)
+
+    row = cluster.kubectl("get", "ic", name, "-n", namespace, "--no-headers").stdout.split()
+    assert row[:4] == [name, "True", "1", "1"], row
+    status = ic(cluster, namespace, name)["status"]
+    assert status["pools"]["prefill"] == {"desired": 1, "replicas": 1, "ready": 1, "updated": 1}
+    assert status["pools"]["decode"] == {"desired": 1, "replicas": 1, "ready": 1, "updated": 1}
+    assert status["endpoint"] == f"http://{name}-frontend.{namespace}.svc:8000"
+    uid = ic(cluster, namespace, name)["metadata"]["uid"]
+
+    pools = {p["metadata"]["name"]: p for p in children(cluster, namespace, name, "workerpools")}
+    assert set(pools) == {f"{name}-prefill", f"{name}-decode"}
+    for pool in pools.values():
+        assert pool["metadata"]["ownerReferences"][0]["uid"] == uid
+        assert pool["status"]["readyReplicas"] == 1
+        assert pool["status"]["selector"].startswith("tandem.dev/cluster=")
+    deployments = {d["metadata"]["name"] for d in children(cluster, namespace, name, "deploy")}
+    assert deployments == {f"{name}-frontend", f"{name}-prefill", f"{name}-decode"}
+    services = {s["metadata"]["name"]: s for s in children(cluster, namespace, name, "services")}
+    assert set(services) == deployments
+    assert services[f"{name}-decode"]["spec"]["clusterIP"] == "None"  # headless
+    pdbs = {p["metadata"]["name"] for p in children(cluster, namespace, name, "pdb")}
+    assert pdbs == {f"{name}-prefill", f"{name}-decode"}
+    assert children(cluster, namespace, name, "configmaps")[0]["metadata"]["name"] == (
+        f"{name}-config"
+    )
+
+    pods = children(cluster, namespace, name, "pods")
+    assert len(pods) == 3
+    for pod in pods:
+        assert pod["status"]["phase"] == "Running"
+        node = get_json(cluster, "node", pod["spec"]["nodeName"])
+        assert node["metadata"]["labels"]["tandem.dev/accelerator"] == "cpu"
+
+    assert_event(cluster, namespace, name, "Ready")
+
+
+def test_editing_the_spec_converges(env: Env, namespace: str) -> None:
+    cluster = env.cluster
+    name = apply_file(cluster, EXAMPLES / "reference-cpu.yaml", namespace)
+    wait_ready(cluster, namespace, name)
+    before = get_json(cluster, "deploy", f"{name}-decode", "-n", namespace)
+    config_hash = before["spec"]["template"]["metadata"]["annotations"]["tandem.dev/config-hash"]
+
+    patch_ic(cluster, namespace, name, {"decode": {"replicas": 2}})
+    wait_ready(cluster, namespace, name)
+    assert replicas_of(cluster, "deploy", namespace, f"{name}-decode") == 2
+    assert ic(cluster, namespace, name)["status"]["pools"]["decode"]["ready"] == 2
+
+    # An engine option of the decode pool changes its config document: its pods roll,
+    # the prefill pool's do not.
+    prefill_before = get_json(cluster, "deploy", f"{name}-prefill", "-n", namespace)
+    patch_ic(cluster, namespace, name, {"decode": {"engineOptions": {"seed": 7}}})
+    wait_ready(cluster, namespace, name)
+    after = get_json(cluster, "deploy", f"{name}-decode", "-n", namespace)
+    assert after["spec"]["template"]["metadata"]["annotations"]["tandem.dev/config-hash"] != (
+        config_hash
+    )
+    config = get_json(cluster, "configmap", f"{name}-config", "-n", namespace)
+    assert json.loads(config["data"]["decode.json"])["engine"]["options"] == {"seed": 7}
+    prefill_after = get_json(cluster, "deploy", f"{name}-prefill", "-n", namespace)
+    assert prefill_after["metadata"]["generation"] == prefill_before["metadata"]["generation"]
+
+
+def test_scaling_a_pool_by_hand_is_reverted_without_autoscaling(env: Env, namespace: str) -> None:
+    cluster = env.cluster
+    name = apply_file(cluster, EXAMPLES / "reference-cpu.yaml", namespace)
+    wait_ready(cluster, namespace, name)
+    pool = f"{name}-decode"
+    cluster.kubectl("scale", f"workerpool/{pool}", "--replicas=2", "-n", namespace)
+    eventually(
+        lambda: replicas_of(cluster, "workerpool", namespace, pool) == 1,
+        "the operator to restore spec.decode.replicas",
+    )
+    wait_ready(cluster, namespace, name)
+    assert replicas_of(cluster, "deploy", namespace, pool) == 1
+
+
+def test_scaling_a_pool_is_kept_with_external_autoscaling(env: Env, namespace: str) -> None:
+    cluster = env.cluster
+    name = apply_file(cluster, EXAMPLES / "reference-cpu.yaml", namespace)
+    wait_ready(cluster, namespace, name)
+    patch_ic(cluster, namespace, name, {"autoscaling": {"enabled": True, "mode": "external"}})
+    wait_ready(cluster, namespace, name)
+    pool = f"{name}-decode"
+    # Handing over must not reset the size (server-side apply would drop a released field
+    # back to the CRD default).
+    assert replicas_of(cluster, "workerpool", namespace, pool) == 1
+
+    cluster.kubectl("scale", f"workerpool/{pool}", "--replicas=2", "-n", namespace)
+    # The operator acts on the new size (the Deployment follows) and leaves it alone.
+    eventually(
+        lambda: replicas_of(cluster, "deploy", namespace, pool) == 2, "the Deployment to follow"
+    )
+    eventually(
+        lambda: (
+            ic(cluster, namespace, name)["status"]["pools"]["decode"]
+            == {"desired": 2, "replicas": 2, "ready": 2, "updated": 2}
+        ),
+        "status to count the new size",
+    )
+    wait_ready(cluster, namespace, name)
+    assert replicas_of(cluster, "workerpool", namespace, pool) == 2
+
+    # Turning autoscaling off gives the size back to the spec.
+    patch_ic(cluster, namespace, name, {"autoscaling": {"enabled": False}})
+    eventually(
+        lambda: replicas_of(cluster, "workerpool", namespace, pool) == 1, "spec size restored"
+    )
+
+
+# --------------------------------------------------------------------------- GPUs
+
+
+def test_gpu_cluster_lands_on_matching_gpu_nodes_and_reports_exhaustion(
+    env: Env, namespace: str
+) -> None:
+    cluster = env.cluster
+    name = apply_file(cluster, EXAMPLES / "gpt-oss-20b-h100.yaml", namespace)
+    wait_ready(cluster, namespace, name)
+    for role in ("prefill", "decode"):
+        pods = items(cluster, "pods", "-n", namespace, "-l", f"tandem.dev/role={role}")
+        assert len(pods) == 2
+        for pod in pods:
+            node = get_json(cluster, "node", pod["spec"]["nodeName"])
+            assert node["metadata"]["labels"]["nvidia.com/gpu.product"].startswith("NVIDIA-H100")
+            limits = pod["spec"]["containers"][0]["resources"]["limits"]
+            assert limits["nvidia.com/gpu"] == "1"
+
+    # The simulated cluster has 2 H100 nodes x 8 GPUs; ask for more than that.
+    patch_ic(cluster, namespace, name, {"decode": {"replicas": 20, "maxReplicas": 24}})
+
+    def reports_insufficient_gpu() -> bool:
+        obj = ic(cluster, namespace, name)
+        degraded = condition(obj, "Degraded")
+        return (
+            degraded.get("reason") == "InsufficientGPU"
+            and condition(obj, "Ready").get("status") == "False"
+            and obj["status"].get("observedGeneration") == obj["metadata"]["generation"]
+        )
+
+    eventually(reports_insufficient_gpu, "Degraded=InsufficientGPU")
+    obj = ic(cluster, namespace, name)
+    assert "Insufficient nvidia.com/gpu" in condition(obj, "Degraded")["message"]
+    assert condition(obj, "Ready")["reason"] == "InsufficientGPU"
+    assert obj["status"]["pools"]["decode"]["ready"] < 20
+    assert_event(cluster, namespace, name, "InsufficientGPU")
+
+    patch_ic(cluster, namespace, name, {"decode": {"replicas": 2}})
+    wait_ready(cluster, namespace, name)
+    # The pending pods leave with the scale-down; the next pass clears Degraded.
+    eventually(
+        lambda: condition(ic(cluster, namespace, name), "Degraded").get("status") == "False",
+        "Degraded=False after the scale-down",
+    )
+    assert_event(cluster, namespace, name, "Recovered")
+
+
+def test_multi_node_pool_renders_a_leader_worker_set(env: Env, namespace: str) -> None:
+    cluster = env.cluster
+    served = cluster.kubectl("api-resources", "--api-group=leaderworkerset.x-k8s.io").stdout
+    if "leaderworkersets" not in served:
+        pytest.skip("the LeaderWorkerSet CRD was not built (tests/cluster/build.sh)")
+    name = apply_file(cluster, EXAMPLES / "gpt-oss-20b-h100.yaml", namespace)
+    wait_ready(cluster, namespace, name)
+    patch_ic(cluster, namespace, name, {"decode": {"nodesPerWorker": 2}})
+    eventually(
+        lambda: bool(children(cluster, namespace, name, "leaderworkersets")), "a LeaderWorkerSet"
+    )
+    lws = children(cluster, namespace, name, "leaderworkersets")[0]
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    assert lws["metadata"]["ownerReferences"][0]["kind"] == "WorkerPool"
+    # The Deployment it replaces is pruned; no LWS controller runs here, so not Ready.
+    eventually(
+        lambda: (
+            f"{name}-decode"
+            not in {d["metadata"]["name"] for d in children(cluster, namespace, name, "deploy")}
+        ),
+        "the decode Deployment to be pruned",
+    )
+    assert condition(ic(cluster, namespace, name), "Ready")["status"] == "False"
+
+
+# --------------------------------------------------------------------------- API
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"prefill": {"minReplicas": 5, "maxReplicas": 2}}, "spec.prefill.minReplicas"),
+        ({"decode": {"minReplicas": 0}}, "spec.decode.minReplicas"),
+        ({"prefill": {"tensorParallelSize": 0}}, "spec.prefill.tensorParallelSize"),
+        ({"frontend": {"portt": 8000}}, "spec.frontend.portt"),
+    ],
+)
+def test_invalid_cluster_is_rejected_with_the_field_path(
+    env: Env, namespace: str, spec: Json, field: str
+) -> None:
+    doc = yaml.safe_load((EXAMPLES / "reference-cpu.yaml").read_text())
+    for key, value in spec.items():
+        doc["spec"].setdefault(key, {}).update(value)
+    doc["metadata"]["namespace"] = namespace
+    result = env.cluster.kubectl("apply", "-f", "-", input=json.dumps(doc), check=False)
+    assert result.returncode != 0
+    assert field in result.stderr, result.stderr
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_standby_takes_over_when_the_leader_stops(env: Env, namespace: str) -> None:
+    standby = env.start_operator("b")
+    try:
+        standby.wait_ready()
+        assert standby.metric("tandem_operator_leader") == 0
+        env.operator.stop()  # SIGTERM: the leader releases the Lease
+        eventually(lambda: standby.metric("tandem_operator_leader") == 1, "b to lead", 20)
+    except BaseException:
+        standby.stop()
+        raise
+    env.operator = standby
+    name = apply_file(env.cluster, EXAMPLES / "reference-cpu.yaml", namespace)
+    wait_ready(env.cluster, namespace, name)
+
+
+def test_killing_the_operator_mid_reconcile_converges_without_duplicates(
+    env: Env, namespace: str
+) -> None:
+    cluster = env.cluster
+    name = apply_file(cluster, EXAMPLES / "gpt-oss-20b-h100.yaml", namespace)
+    # Kill it as soon as the first children exist, before the cluster is complete.
+    eventually(lambda: bool(children(cluster, namespace, name, "workerpools")), "first children")
+    env.operator.kill()  # SIGKILL: no Lease release, the successor waits for expiry
+    replacement = env.start_operator(f"c-{uuid.uuid4().hex[:4]}")
+    env.operator = replacement
+    replacement.wait_ready(timeout=60)
+    wait_ready(cluster, namespace, name, timeout_s=90)
+
+    expected = {f"{name}-frontend", f"{name}-prefill", f"{name}-decode"}
+    assert {d["metadata"]["name"] for d in children(cluster, namespace, name, "deploy")} == expected
+    assert len(children(cluster, namespace, name, "workerpools")) == 2
+    assert len(children(cluster, namespace, name, "services")) == 3
+    assert len(children(cluster, namespace, name, "pdb")) == 2
+    assert len(children(cluster, namespace, name, "configmaps")) == 1
+    replica_sets = children(cluster, namespace, name, "replicasets")
+    assert len(replica_sets) == 3, [r["metadata"]["name"] for r in replica_sets]
+    pods = [
+        p
+        for p in children(cluster, namespace, name, "pods")
+        if not p["metadata"].get("deletionTimestamp")
+    ]
+    assert len(pods) == 5  # frontend 1 + prefill 2 + decode 2
+
+
+def test_deleting_the_cluster_removes_every_child(env: Env, namespace: str) -> None:
+    cluster = env.cluster
+    name = apply_file(cluster, EXAMPLES / "reference-cpu.yaml", namespace)
+    wait_ready(cluster, namespace, name)
+    cluster.kubectl("delete", "ic", name, "-n", namespace)
+    kinds = "workerpools,deploy,replicasets,services,pdb,configmaps,pods"
+
+    def all_gone() -> bool:
+        return not children(cluster, namespace, name, kinds)
+
+    eventually(all_gone, "garbage collection of every child")

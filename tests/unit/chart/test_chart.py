@@ -1,0 +1,229 @@
+"""The Helm chart: lint, render, validate against Kubernetes schemas, strict values."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+CHART = REPO / "charts" / "tandem"
+HELM = Path(sys.executable).parent / "helm"
+KUBE_VERSION = "1.36"
+
+pytestmark = pytest.mark.skipif(not HELM.exists(), reason="helm not installed in the venv")
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [str(HELM), *args], capture_output=True, text=True, timeout=60, check=False
+    )
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def render(*sets: str, release: str = "tandem", namespace: str = "tandem-system") -> list[Any]:
+    argv = ["template", release, str(CHART), "--namespace", namespace, "--kube-version", "1.36.0"]
+    for value in sets:
+        argv += ["--set", value]
+    return [d for d in yaml.safe_load_all(helm(*argv).stdout) if d]
+
+
+def by_kind(docs: list[Any]) -> dict[str, Any]:
+    return {d["kind"]: d for d in docs}
+
+
+def test_helm_lint_passes() -> None:
+    result = helm("lint", "--strict", str(CHART))
+    assert "0 chart(s) failed" in result.stdout
+
+
+def test_default_render_matches_the_golden_file(assert_golden: Callable[[str, str], None]) -> None:
+    assert_golden("default.yaml", yaml.safe_dump_all(render(), sort_keys=False, width=100))
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        (),
+        ("replicaCount=1", "operator.watchNamespace=serving", "rbac.create=false"),
+        (
+            "serviceAccount.create=false",
+            "serviceAccount.name=custom",
+            "metrics.service.enabled=false",
+        ),
+    ],
+)
+def test_rendered_manifests_pass_kubernetes_validation(sets: tuple[str, ...]) -> None:
+    for doc in render(*sets):
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+
+
+def test_crds_are_the_generated_ones() -> None:
+    for crd in sorted((CHART / "crds").glob("*.yaml")):
+        assert crd.read_text() == (REPO / "manifests" / "crds" / crd.name).read_text()
+
+
+def test_operator_runs_hardened_with_two_replicas() -> None:
+    docs = by_kind(render())
+    deployment = docs["Deployment"]
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert container["resources"]["limits"]["memory"]
+    assert container["command"] == ["tandem"]
+    assert container["args"][:2] == ["operator", "run"]
+    assert "--leader-election-namespace=$(POD_NAMESPACE)" in container["args"]
+    assert "--image=ghcr.io/tandem-dev/tandem:0.1.0" in container["args"]
+    assert docs["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 1
+
+
+def test_selector_labels_are_a_stable_subset_of_the_labels() -> None:
+    deployment = by_kind(render())["Deployment"]
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    labels = deployment["metadata"]["labels"]
+    assert selector.items() <= labels.items()
+    assert not any(k in selector for k in ("helm.sh/chart", "app.kubernetes.io/version"))
+    for doc in render():
+        assert doc["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+
+
+def test_rbac_is_least_privilege() -> None:
+    docs = by_kind(render())
+    rules = docs["ClusterRole"]["rules"]
+    verbs = {
+        (group, resource): set(rule["verbs"])
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert all("*" not in v for v in verbs.values())
+    assert all("*" not in rule["resources"] for rule in rules)
+    # The operator never changes what users own: clusters are only read.
+    assert verbs[("tandem.dev", "inferenceclusters")] == {"list", "watch"}
+    assert verbs[("", "pods")] == {"list", "watch"}
+    assert not any("secrets" in resource for _, resource in verbs)
+    # Leases: only in its own namespace (a Role), only its own Lease beyond create.
+    role = docs["Role"]
+    assert role["metadata"]["namespace"] == "tandem-system"
+    named = [r for r in role["rules"] if r.get("resourceNames")]
+    assert named == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["tandem-operator"],
+            "verbs": ["get", "update"],
+        }
+    ]
+    subject = docs["ClusterRoleBinding"]["subjects"][0]
+    assert subject == {"kind": "ServiceAccount", "name": "tandem", "namespace": "tandem-system"}
+
+
+def test_notes_explain_port_forward_and_curl() -> None:
+    notes = helm("install", "tandem", str(CHART), "--dry-run=client", "-n", "x").stdout
+    assert "kubectl port-forward svc/reference-frontend 8000:8000" in notes
+    assert "curl http://127.0.0.1:8000/v1/chat/completions" in notes
+    single = helm("install", "t", str(CHART), "--dry-run=client", "--set", "replicaCount=1").stdout
+    assert "WARNING: replicaCount is 1" in single
+
+
+@pytest.mark.parametrize(
+    ("value", "complaint"),
+    [
+        ("replicaCont=2", "additional properties 'replicaCont' not allowed"),
+        ("image.tagg=x", "additional properties 'tagg' not allowed"),
+        ("operator.workers=0", "minimum"),
+        ("operator.logLevel=loud", "operator/logLevel"),
+        ("metrics.serviceMonitor.interval=often", "interval"),
+    ],
+)
+def test_schema_rejects_typos_and_bad_values(value: str, complaint: str) -> None:
+    result = helm("template", "t", str(CHART), "--set", value, check=False)
+    assert result.returncode != 0
+    assert complaint in result.stderr
+
+
+def test_watch_namespace_limits_the_operator() -> None:
+    args = by_kind(render("operator.watchNamespace=serving"))["Deployment"]["spec"]["template"][
+        "spec"
+    ]["containers"][0]["args"]
+    assert "--namespace=serving" in args
+
+
+def test_service_monitor_is_opt_in() -> None:
+    assert "ServiceMonitor" not in by_kind(render())
+    assert "ServiceMonitor" in by_kind(render("metrics.serviceMonitor.enabled=true"))
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def schema() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
+    return loaded
+
+
+def object_nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    if node.get("type") == "object":
+        yield path, node
+    for name, sub in node.get("properties", {}).items():
+        yield from object_nodes(sub, f"{path}.{name}")
+    for name, sub in node.get("definitions", {}).items():
+        yield from object_nodes(sub, f"#{name}")
+    if isinstance(node.get("items"), dict):
+        yield from object_nodes(node["items"], f"{path}[]")
+
+
+def test_every_object_in_the_schema_is_closed() -> None:
+    for path, node in object_nodes(schema()):
+        extra = node.get("additionalProperties")
+        # Closed; or a map whose values are typed (labels, annotations, quantities); or a
+        # Kubernetes type passed through whole, which the API server validates at install.
+        typed_map = isinstance(extra, dict) and "type" in extra
+        passthrough = extra is True and "API server validates" in node.get("description", "")
+        assert extra is False or typed_map or passthrough, path or "<root>"
+
+
+def resolve(node: dict[str, Any]) -> dict[str, Any]:
+    ref = node.get("$ref")
+    if ref:
+        resolved: dict[str, Any] = schema()["definitions"][ref.rsplit("/", 1)[-1]]
+        return resolved
+    return node
+
+
+def leaf_paths(values: Any, node: dict[str, Any], path: str = "") -> Iterator[str]:
+    node = resolve(node)
+    if isinstance(values, dict) and "properties" in node:
+        for key, sub in values.items():
+            assert key in node["properties"], f"values.yaml key {path}.{key} is not in the schema"
+            yield from leaf_paths(sub, node["properties"][key], f"{path}.{key}" if path else key)
+    else:
+        yield path
+
+
+def test_values_yaml_matches_the_schema_and_every_key_is_documented() -> None:
+    text = (CHART / "values.yaml").read_text()
+    values = yaml.safe_load(text)
+    import jsonschema
+
+    jsonschema.validate(values, schema())
+    comments = set(re.findall(r"#\s*([A-Za-z][\w.]*) --", text))
+    for path in leaf_paths(values, schema()):
+        top = path.split(".")[0]
+        assert path in comments or top in comments, f"{path} has no '# {path} --' comment"

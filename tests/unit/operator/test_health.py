@@ -1,0 +1,45 @@
+"""/healthz, /readyz and /metrics of the operator."""
+
+from __future__ import annotations
+
+import aiohttp
+
+from tandem_operator.harness import free_port
+from tandem_operator.health import HealthState, start_server
+
+
+async def fetch(port: int, path: str) -> tuple[int, str]:
+    timeout = aiohttp.ClientTimeout(total=5)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.get(f"http://127.0.0.1:{port}{path}") as response,
+    ):
+        return response.status, await response.text()
+
+
+async def test_probes_follow_the_state() -> None:
+    clock = {"now": 100.0, "activity": 100.0, "leader": False, "synced": False}
+    state = HealthState(
+        last_activity=lambda: clock["activity"],
+        stale_after_seconds=60,
+        is_leader=lambda: bool(clock["leader"]),
+        synced=lambda: bool(clock["synced"]),
+        monotonic=lambda: clock["now"],
+    )
+    port = free_port()
+    runner = await start_server(state, "127.0.0.1", port)
+    try:
+        assert (await fetch(port, "/healthz"))[0] == 200
+        assert (await fetch(port, "/readyz"))[0] == 200  # a standby is ready
+        clock["leader"] = True
+        assert (await fetch(port, "/readyz"))[0] == 503  # a leader must sync its caches first
+        clock["synced"] = True
+        assert (await fetch(port, "/readyz"))[0] == 200
+        clock["now"] = 161.0  # the election loop went silent for over a minute
+        assert (await fetch(port, "/healthz"))[0] == 503
+        status, body = await fetch(port, "/metrics")
+        assert status == 200
+        assert "tandem_operator_queue_depth" in body
+        assert "tandem_operator_reconcile_duration_seconds_bucket" in body
+    finally:
+        await runner.cleanup()
