@@ -74,6 +74,10 @@ def render_components(
         f"--kubeconfig={kubeconfig}",
         "--leader-elect=false",
         f"--bind-address={HOST}",
+        # The default client limit (20 QPS) makes the controller-manager, not the code
+        # under test, the bottleneck when a test creates hundreds of pods at once.
+        "--kube-api-qps=100",
+        "--kube-api-burst=200",
     )
     etcd = Component(
         name="etcd",
