@@ -17,9 +17,8 @@ PROTOS = ("worker.proto",)
 
 
 def generate(out_dir: Path) -> list[Path]:
-    from grpc_tools import protoc  # dev-only dependency
-
     import grpc_tools
+    from grpc_tools import protoc  # dev-only dependency
 
     include = Path(grpc_tools.__file__).parent / "_proto"
     for proto in PROTOS:
