@@ -43,18 +43,18 @@ def generate(out_dir: Path) -> list[Path]:
     return outputs
 
 
+def _matches(committed: Path, fresh: Path) -> bool:
+    return committed.exists() and committed.read_text() == fresh.read_text()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true", help="fail if committed stubs are stale")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         fresh = generate(Path(tmp))
-        stale = (
-            [p.name for p in fresh if (HERE / p.name).read_text() != p.read_text()]
-            if args.check
-            else []
-        )
         if args.check:
+            stale = [p.name for p in fresh if not _matches(HERE / p.name, p)]
             if stale:
                 print(
                     f"stale generated stubs: {', '.join(stale)}; run `make proto`", file=sys.stderr
