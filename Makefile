@@ -62,8 +62,8 @@ demo: $(STAMP)
 	@echo "Still serving. Try: curl -s http://127.0.0.1:8000/v1/models"
 	@echo "Stop it with:      $(BIN)/tandem down --name reference"
 
-bench: $(STAMP)
-	$(BIN)/tandem bench --write docs/benchmarks.md
+bench: $(STAMP) cluster-build
+	$(BIN)/python -m tandem.bench --write docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
