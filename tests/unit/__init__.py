@@ -1,1 +1,5 @@
-"""Unit tests (a package, so test modules are named unit.<area>.<module> and never shadow the standard library, e.g. ``operator``)."""
+"""Unit tests.
+
+A package, so that test modules are named ``unit.<area>.<module>`` and a directory such
+as ``tests/unit/operator`` never shadows a standard-library module.
+"""
