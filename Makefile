@@ -28,8 +28,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check services operators tests
 	$(BIN)/mypy
 
+# After an API change: regenerate the CRDs and the CRD reference doc (tests check both).
 crds: $(STAMP)
 	$(BIN)/tandem crds --write
+	$(BIN)/python -m tandem_operator.reference --write docs/crd-reference.md
 
 check-crds: $(STAMP)
 	$(BIN)/tandem crds --check

@@ -1,0 +1,340 @@
+"""The autoscaling policy: one pool's load in, desired replicas and a reason out.
+
+Pure: no I/O, no clock, no randomness. The caller (the operator's autoscaler loop, the
+local runtime, the simulator) observes the pool once per interval, calls :func:`decide`
+with the time of that observation and the state the previous call returned, acts on
+``decision.desired`` and keeps the new state for next time::
+
+    state = initial_state(now, current_replicas)
+    every interval:
+        decision, state = decide(config, observation, state, now=now)
+        if decision.changed:
+            scale_to(decision.desired)  # drain victims from drain.choose_victims
+
+A decision, in order:
+
+1. **Load -> replicas** with a tolerance band (``recommendation.py``).
+2. **Bounds**: clamp to [min_replicas, max_replicas].
+3. **Stabilization**, as the HPA does it: scale up only to the smallest recommendation
+   of the scale-up window, down only to the largest of the scale-down window, so a
+   spike or dip shorter than the window moves nothing.
+4. **Steps**: at most ``max_step_up`` added / ``max_step_down`` removed per decision.
+5. **Unschedulable**: once pods of the pool have been pending for room for longer
+   than ``unschedulable_after_seconds``, hold the current size and report
+   ``Unschedulable`` - the pending pods already ask the cluster (and its autoscaler)
+   for capacity; more would only pile up. Growth resumes when they are scheduled.
+   Scaling down is never held back by this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tandem.api.v1alpha1 import PoolRole
+from tandem.autoscale.config import ScalingConfig
+from tandem.autoscale.observation import PoolObservation
+from tandem.autoscale.reasons import LimitedBy, LoadSignal, ScaleReason
+from tandem.autoscale.recommendation import (
+    SignalEstimate,
+    compute_raw_replicas,
+    compute_recommendation,
+    compute_smoothed_signal,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    at: float
+    replicas: int
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyState:
+    """What :func:`decide` remembers between calls; treat it as opaque."""
+
+    recommendations: tuple[Recommendation, ...] = ()
+    unschedulable_since: float | None = None
+    last_scale_time: float | None = None
+    # Where a scale-up limited by max_step_up was heading.
+    climbing_to: int | None = None
+    # Last known mean decode time: nothing finishes in a lull, and the first interval
+    # of the next burst must not wait for something to.
+    mean_decode_seconds: float | None = None
+    # Smoothed load signals (compute_smoothed_signal).
+    prompt_tokens_per_second: SignalEstimate | None = None
+    requests_per_second: SignalEstimate | None = None
+    active_sequences: SignalEstimate | None = None
+    kv_utilization: SignalEstimate | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleDecision:
+    """``desired`` is what to scale to; ``recommended`` is what the load alone asked for
+    (after tolerance and bounds); ``limited_by`` names the rule that kept ``desired``
+    from following the load, if one did. ``reason`` is a CamelCase constant for status
+    and Events; ``message`` says the same for people."""
+
+    desired: int
+    current: int
+    recommended: int
+    reason: ScaleReason
+    limited_by: LimitedBy
+    signal: LoadSignal
+    message: str
+
+    @property
+    def changed(self) -> bool:
+        return self.desired != self.current
+
+    @property
+    def direction(self) -> int:
+        """+1 for a scale-up, -1 for a scale-down, 0 for none."""
+        return (self.desired > self.current) - (self.desired < self.current)
+
+
+def initial_state(now: float, current_replicas: int) -> PolicyState:
+    """State for a loop that starts (or restarts, e.g. after a leader change) now.
+
+    Seeding the history with the current size makes a fresh loop wait a full
+    scale-down window before shrinking the pool, instead of acting on one sample."""
+    return PolicyState(recommendations=(Recommendation(now, current_replicas),))
+
+
+def decide(
+    config: ScalingConfig, observation: PoolObservation, state: PolicyState, *, now: float
+) -> tuple[ScaleDecision, PolicyState]:
+    """One interval's decision for one pool, and the state to pass next time."""
+    current = observation.current_replicas
+    estimates = _estimate(config, observation, state)
+    effective = _apply(observation, estimates, state)
+    raw, signal = compute_raw_replicas(config, effective)
+    wanted = compute_recommendation(raw, current, config.tolerance)
+    if state.climbing_to is not None and raw > current:
+        # A scale-up cut short by maxStepUp keeps its destination while the load still
+        # exceeds the current size: a noisy interval inside the band must not stop it
+        # half way.
+        wanted = max(wanted, state.climbing_to)
+    limited_by = LimitedBy.NONE
+
+    recommended = min(max(wanted, config.min_replicas), config.max_replicas)
+    if recommended < wanted:
+        limited_by = LimitedBy.MAX_REPLICAS
+    elif recommended > wanted:
+        limited_by = LimitedBy.MIN_REPLICAS
+
+    history = _remember(state.recommendations, Recommendation(now, recommended), config, now)
+    stabilized = _stabilize(history, recommended, current, config, now)
+    if stabilized != recommended:
+        limited_by = LimitedBy.STABILIZATION
+
+    stepped = min(max(stabilized, current - config.max_step_down), current + config.max_step_up)
+    if stepped != stabilized:
+        limited_by = LimitedBy.MAX_STEP
+    # Bounds beat steps: a spec edit that moves min/max applies at once.
+    desired = min(max(stepped, config.min_replicas), config.max_replicas)
+    if desired != stepped:
+        limited_by = LimitedBy.MAX_REPLICAS if desired < stepped else LimitedBy.MIN_REPLICAS
+
+    unschedulable_since = _unschedulable_since(state.unschedulable_since, observation, now)
+    stuck = (
+        unschedulable_since is not None
+        and now - unschedulable_since >= config.unschedulable_after_seconds
+    )
+    if stuck and desired >= current:
+        # Hold (pending pods already ask the cluster for room) and say so, even when
+        # the load asks for no more than is pending: the pool is short either way.
+        desired = current
+        limited_by = LimitedBy.UNSCHEDULABLE
+
+    decision = ScaleDecision(
+        desired=desired,
+        current=current,
+        recommended=recommended,
+        reason=_reason(config, current, desired, wanted, signal, limited_by),
+        limited_by=limited_by,
+        signal=signal,
+        message=_message(config, effective, raw, recommended, desired, limited_by),
+    )
+    climbing = limited_by is LimitedBy.MAX_STEP and desired > current
+    new_state = PolicyState(
+        recommendations=history,
+        unschedulable_since=unschedulable_since,
+        last_scale_time=now if decision.changed else state.last_scale_time,
+        climbing_to=recommended if climbing else None,
+        mean_decode_seconds=effective.mean_decode_seconds,
+        prompt_tokens_per_second=estimates.prompt_tokens_per_second,
+        requests_per_second=estimates.requests_per_second,
+        active_sequences=estimates.active_sequences,
+        kv_utilization=estimates.kv_utilization,
+    )
+    return decision, new_state
+
+
+@dataclass(frozen=True, slots=True)
+class _Estimates:
+    prompt_tokens_per_second: SignalEstimate | None
+    requests_per_second: SignalEstimate | None
+    active_sequences: SignalEstimate | None
+    kv_utilization: SignalEstimate | None
+
+
+def _estimate(config: ScalingConfig, o: PoolObservation, state: PolicyState) -> _Estimates:
+    return _Estimates(
+        prompt_tokens_per_second=compute_smoothed_signal(
+            o.prompt_tokens_per_second, state.prompt_tokens_per_second, config
+        ),
+        requests_per_second=compute_smoothed_signal(
+            o.requests_per_second, state.requests_per_second, config
+        ),
+        active_sequences=compute_smoothed_signal(
+            float(o.active_sequences), state.active_sequences, config
+        ),
+        kv_utilization=compute_smoothed_signal(o.kv_utilization, state.kv_utilization, config),
+    )
+
+
+def _value(estimate: SignalEstimate | None) -> float | None:
+    return None if estimate is None else estimate.value
+
+
+def _apply(o: PoolObservation, estimates: _Estimates, state: PolicyState) -> PoolObservation:
+    """The observation with smoothed signals and the remembered decode time."""
+    mean_decode = o.mean_decode_seconds
+    return replace(
+        o,
+        mean_decode_seconds=mean_decode if mean_decode is not None else state.mean_decode_seconds,
+        prompt_tokens_per_second=_value(estimates.prompt_tokens_per_second),
+        requests_per_second=_value(estimates.requests_per_second),
+        active_sequences=_value(estimates.active_sequences) or 0.0,
+        kv_utilization=_value(estimates.kv_utilization) or 0.0,
+    )
+
+
+def _remember(
+    history: tuple[Recommendation, ...],
+    latest: Recommendation,
+    config: ScalingConfig,
+    now: float,
+) -> tuple[Recommendation, ...]:
+    keep_for = config.longest_window_seconds + config.interval_seconds
+    return (*(r for r in history if now - r.at <= keep_for), latest)
+
+
+def _in_window(age: float, window: float, config: ScalingConfig) -> bool:
+    # Loops tick late, never early: half an interval of slack keeps "the last 60 s" from
+    # losing its oldest sample to a few milliseconds of jitter.
+    return window > 0 and age <= window + config.interval_seconds / 2
+
+
+def _stabilize(
+    history: tuple[Recommendation, ...],
+    recommended: int,
+    current: int,
+    config: ScalingConfig,
+    now: float,
+) -> int:
+    up_to = recommended  # smallest recommendation in the scale-up window
+    down_to = recommended  # largest recommendation in the scale-down window
+    for past in history:
+        age = now - past.at
+        if _in_window(age, config.scale_up_stabilization_seconds, config):
+            up_to = min(up_to, past.replicas)
+        if _in_window(age, config.scale_down_stabilization_seconds, config):
+            down_to = max(down_to, past.replicas)
+    if up_to > current:
+        return up_to
+    if down_to < current:
+        return down_to
+    return current
+
+
+def _unschedulable_since(
+    since: float | None, observation: PoolObservation, now: float
+) -> float | None:
+    if observation.unschedulable_replicas <= 0:
+        return None  # capacity appeared, or the pending pods were scaled away
+    return now if since is None else since
+
+
+_ABOVE = {
+    LoadSignal.QUEUED_TOKENS: ScaleReason.QUEUED_TOKENS_ABOVE_TARGET,
+    LoadSignal.PROMPT_TOKEN_RATE: ScaleReason.PROMPT_TOKEN_RATE_ABOVE_TARGET,
+    LoadSignal.ACTIVE_SEQUENCES: ScaleReason.ACTIVE_SEQUENCES_ABOVE_TARGET,
+    LoadSignal.KV_UTILIZATION: ScaleReason.KV_UTILIZATION_ABOVE_TARGET,
+    LoadSignal.IDLE: ScaleReason.BELOW_MIN_REPLICAS,
+}
+_BELOW = {
+    LoadSignal.QUEUED_TOKENS: ScaleReason.QUEUED_TOKENS_BELOW_TARGET,
+    LoadSignal.PROMPT_TOKEN_RATE: ScaleReason.PROMPT_TOKEN_RATE_BELOW_TARGET,
+    LoadSignal.ACTIVE_SEQUENCES: ScaleReason.ACTIVE_SEQUENCES_BELOW_TARGET,
+    LoadSignal.KV_UTILIZATION: ScaleReason.KV_UTILIZATION_BELOW_TARGET,
+    LoadSignal.IDLE: ScaleReason.POOL_IDLE,
+}
+
+
+def _reason(
+    config: ScalingConfig,
+    current: int,
+    desired: int,
+    wanted: int,
+    signal: LoadSignal,
+    limited_by: LimitedBy,
+) -> ScaleReason:
+    if desired > current:
+        if current < config.min_replicas:
+            return ScaleReason.BELOW_MIN_REPLICAS
+        if current == 0:
+            return ScaleReason.DEMAND_WHILE_SCALED_TO_ZERO
+        return _ABOVE[signal]
+    if desired < current:
+        if current > config.max_replicas:
+            return ScaleReason.ABOVE_MAX_REPLICAS
+        return _BELOW[signal]
+    if limited_by is LimitedBy.UNSCHEDULABLE:
+        return ScaleReason.UNSCHEDULABLE
+    if wanted > current:
+        if limited_by is LimitedBy.MAX_REPLICAS:
+            return ScaleReason.AT_MAX_REPLICAS
+        return ScaleReason.SCALE_UP_STABILIZING
+    if wanted < current:
+        if limited_by is LimitedBy.MIN_REPLICAS:
+            return ScaleReason.AT_MIN_REPLICAS
+        return ScaleReason.SCALE_DOWN_STABILIZING
+    if signal is LoadSignal.IDLE:
+        return ScaleReason.POOL_IDLE
+    return ScaleReason.WITHIN_TOLERANCE
+
+
+def _message(
+    config: ScalingConfig,
+    observation: PoolObservation,
+    raw: float,
+    recommended: int,
+    desired: int,
+    limited_by: LimitedBy,
+) -> str:
+    o = observation
+    if config.role is PoolRole.PREFILL:
+        load = f"{o.queued_tokens + o.diverted_prefill_tokens} pending prompt tokens"
+        if o.prompt_tokens_per_second is not None:
+            load += f", {o.prompt_tokens_per_second:.0f} prompt tokens/s arriving"
+    else:
+        load = (
+            f"{o.active_sequences:.0f} active + {o.queued_requests} queued sequences, "
+            f"KV {o.kv_utilization:.0%}"
+        )
+        if o.requests_per_second is not None and o.mean_decode_seconds is not None:
+            load += f", {o.requests_per_second:.1f} req/s x {o.mean_decode_seconds:.1f}s"
+    text = (
+        f"{config.role.value}: {load} = {raw:.2f} replicas of work; recommended "
+        f"{recommended}, desired {desired} (current {o.current_replicas}, ready "
+        f"{o.ready_replicas})"
+    )
+    if limited_by is LimitedBy.UNSCHEDULABLE:
+        text += (
+            f"; {o.unschedulable_replicas} pod(s) pending for capacity longer than "
+            f"{config.unschedulable_after_seconds:.0f}s: holding until they are scheduled"
+        )
+    elif limited_by is not LimitedBy.NONE:
+        text += f"; limited by {limited_by.value}"
+    return text
