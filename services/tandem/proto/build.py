@@ -16,7 +16,7 @@ HERE = Path(__file__).resolve().parent
 PROTOS = ("worker.proto",)
 
 
-def generate(out_dir: Path) -> list[Path]:
+def generate(out_dir: Path, proto_dir: Path = HERE) -> list[Path]:
     import grpc_tools
     from grpc_tools import protoc  # dev-only dependency
 
@@ -25,12 +25,12 @@ def generate(out_dir: Path) -> list[Path]:
         rc = protoc.main(
             [
                 "protoc",
-                f"-I{HERE}",
+                f"-I{proto_dir}",
                 f"-I{include}",
                 f"--python_out={out_dir}",
                 f"--pyi_out={out_dir}",
                 f"--grpc_python_out={out_dir}",
-                str(HERE / proto),
+                str(proto_dir / proto),
             ]
         )
         if rc != 0:
@@ -50,11 +50,13 @@ def _matches(committed: Path, fresh: Path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true", help="fail if committed stubs are stale")
+    parser.add_argument("--dir", type=Path, default=HERE, help="where the .proto and stubs live")
     args = parser.parse_args(argv)
+    here: Path = args.dir
     with tempfile.TemporaryDirectory() as tmp:
-        fresh = generate(Path(tmp))
+        fresh = generate(Path(tmp), here)
         if args.check:
-            stale = [p.name for p in fresh if not _matches(HERE / p.name, p)]
+            stale = [p.name for p in fresh if not _matches(here / p.name, p)]
             if stale:
                 print(
                     f"stale generated stubs: {', '.join(stale)}; run `make proto`", file=sys.stderr
@@ -62,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             return 0
         for p in fresh:
-            (HERE / p.name).write_text(p.read_text())
-            print(f"wrote {HERE / p.name}")
+            (here / p.name).write_text(p.read_text())
+            print(f"wrote {here / p.name}")
     return 0
 
 
