@@ -14,6 +14,12 @@ ConfigMap at ``/etc/tandem/<component>.json``). Both are golden-tested
 A document only carries what its reader needs, so that changing one pool's size or
 engine options rolls only the pods that read the changed document (each pod template
 carries the hash of its own document).
+
+For the ``trtllm`` engine, ``engine.options`` is exactly what the worker's engine takes
+(``tandem.engines.trtllm.TrtllmEngineOptions``): the model path inside the pod, the role
+and ``llm_args`` = ``render_trtllm_config(cluster, role)``, the TensorRT-LLM LLM API options
+rendered from the spec (validated here, so a bad option fails the reconcile instead of a
+GPU pod's start). For ``reference`` it is the merged spec options.
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ import hashlib
 import json
 from typing import Any
 
-from tandem.api.v1alpha1 import InferenceCluster, PoolRole, PoolSpec
+from tandem.api.v1alpha1 import EngineKind, InferenceCluster, PoolRole, PoolSpec
+from tandem.engines.trtllm.config import render_trtllm_config
 from tandem_operator import names
+from tandem_operator.model_source import render_model_mount
 
 Manifest = dict[str, Any]
 
@@ -45,6 +53,24 @@ def merge_options(base: Manifest, override: Manifest) -> Manifest:
     return out
 
 
+def render_engine_options(cr: InferenceCluster, role: PoolRole) -> Manifest:
+    """The options the worker hands its engine (see the module docstring).
+
+    Raises ``TrtllmConfigError`` / ``ModelSourceError`` (both ValueError) for a spec the
+    engine cannot run."""
+    spec = cr.spec
+    if spec.engine.kind is EngineKind.TRTLLM:
+        return {
+            "model": render_model_mount(spec.model).path,
+            "model_name": spec.model.name,
+            "role": role.value,
+            "llm_args": render_trtllm_config(cr, role),
+        }
+    return merge_options(
+        spec.engine.options.as_dict(), pool_spec(cr, role).engine_options.as_dict()
+    )
+
+
 def render_worker_config(cr: InferenceCluster, role: PoolRole) -> Manifest:
     """What one worker of ``role`` needs: model, engine, parallelism, KV transfer."""
     spec = cr.spec
@@ -54,10 +80,7 @@ def render_worker_config(cr: InferenceCluster, role: PoolRole) -> Manifest:
         "cluster": cr.metadata.name,
         "role": role.value,
         "model": spec.model.to_wire(),
-        "engine": {
-            "kind": spec.engine.kind.value,
-            "options": merge_options(spec.engine.options.as_dict(), pool.engine_options.as_dict()),
-        },
+        "engine": {"kind": spec.engine.kind.value, "options": render_engine_options(cr, role)},
         "parallelism": {
             "tensorParallelSize": pool.tensor_parallel_size,
             "expertParallelSize": pool.expert_parallel_size,

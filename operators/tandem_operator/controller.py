@@ -19,10 +19,12 @@ import pydantic
 
 from tandem.api.v1alpha1 import InferenceCluster, PoolRole, WorkerPoolStatus
 from tandem_operator import metrics, names, reasons
+from tandem_operator.capacity_gate import check_rollout
 from tandem_operator.diff import contains, first_difference, needs_apply, owns_field
 from tandem_operator.informer import Key, Store
 from tandem_operator.k8s import (
     BY_KIND,
+    COMPUTE_DOMAINS,
     EVENTS,
     LEADER_WORKER_SETS,
     ApiError,
@@ -38,7 +40,13 @@ from tandem_operator.observe import (
     observe_pod,
     observe_workload,
 )
+from tandem_operator.placement import (
+    NVLINK_DOMAIN_LABEL,
+    NvlinkPlacement,
+    compute_nvlink_placement,
+)
 from tandem_operator.pods import RenderSettings
+from tandem_operator.profiles import get_profile
 from tandem_operator.render import (
     PoolHandle,
     render_cluster_children,
@@ -54,7 +62,14 @@ Manifest = dict[str, Any]
 
 # Kinds the operator creates and may therefore prune (never Pods, never WorkerPools:
 # every cluster always has both pools).
-PRUNABLE_KINDS = ("ConfigMap", "Service", "Deployment", "LeaderWorkerSet", "PodDisruptionBudget")
+PRUNABLE_KINDS = (
+    "ConfigMap",
+    "Service",
+    "Deployment",
+    "LeaderWorkerSet",
+    "PodDisruptionBudget",
+    "ComputeDomain",
+)
 REQUEUE_MISSING_API_SECONDS = 30.0
 REQUEUE_APPLY_FAILED_SECONDS = 60.0
 
@@ -102,12 +117,15 @@ class Reconciler:
         *,
         identity: str,
         now: Callable[[], datetime],
+        amend_status: Callable[[InferenceCluster, StatusResult], StatusResult] | None = None,
     ) -> None:
         self._client = client
         self._caches = caches
         self._settings = settings
         self._identity = identity
         self._now = now
+        # The autoscaler's ScalingLimited condition joins the status written here.
+        self._amend_status = amend_status
 
     # ------------------------------------------------------------------ entry point
 
@@ -122,17 +140,15 @@ class Reconciler:
             metrics.RECONCILE_ERRORS.labels("invalid_spec").inc()
             logger.warning("[%s/%s] invalid spec: %s", key[0], key[1], exc)
             return None  # nothing to do until the object changes
-        failure: Failure | None = None
         requeue: float | None = None
         pools: dict[PoolRole, Manifest] = {}
+        # A spec that cannot render or fit its GPUs is not applied at all (capacity_gate).
+        failure: Failure | None = check_rollout(cr)
         try:
-            pools = await self._apply_all(cr)
+            if failure is None:
+                pools = await self._apply_all(cr)
         except KindNotServed as exc:
-            reason = (
-                reasons.LEADER_WORKER_SET_MISSING
-                if exc.kind == LEADER_WORKER_SETS.kind
-                else reasons.APPLY_FAILED
-            )
+            reason = _MISSING_KIND_REASONS.get(exc.kind, reasons.APPLY_FAILED)
             failure = Failure(reason, _missing_kind_message(exc))
             requeue = REQUEUE_MISSING_API_SECONDS
         except ApiError as exc:
@@ -141,6 +157,8 @@ class Reconciler:
             failure = Failure(reasons.APPLY_FAILED, f"{exc.status} {exc.reason}: {exc.message}")
             requeue = REQUEUE_APPLY_FAILED_SECONDS
         result = compute_status(cr, self._observe(cr, obj, pools, failure), _rfc3339(self._now()))
+        if self._amend_status is not None:
+            result = self._amend_status(cr, result)
         await self._write_status(cr, obj, result)
         await self._emit(cr, result.events)
         return requeue
@@ -290,7 +308,23 @@ class Reconciler:
             frontend_desired=cr.spec.frontend.replicas,
             frontend_pods=self._pods(namespace, cluster, names.FRONTEND),
             failure=failure,
+            nvlink=self._nvlink(cr, pools.values()),
         )
+
+    def _nvlink(
+        self, cr: InferenceCluster, pools: Iterable[PoolObservation]
+    ) -> NvlinkPlacement | None:
+        """NVLink domains of the cluster's scheduled workers (GB200 profiles only)."""
+        if not get_profile(cr.spec.accelerator.profile).nvlink_domains:
+            return None
+        nodes = self._caches.of("Node")
+        pod_nodes = [pod.node_name for pool in pools for pod in pool.pods if pod.node_name]
+        domains: dict[str, str] = {}
+        for node_name in set(pod_nodes):
+            node = nodes.get("", node_name)
+            labels = (node or {}).get("metadata", {}).get("labels") or {}
+            domains[node_name] = labels.get(NVLINK_DOMAIN_LABEL, "")
+        return compute_nvlink_placement(pod_nodes, domains)
 
     # ------------------------------------------------------------------ status, events
 
@@ -390,10 +424,22 @@ def _previous_pool_status(pool: Manifest) -> WorkerPoolStatus | None:
         return None
 
 
+_MISSING_KIND_REASONS = {
+    LEADER_WORKER_SETS.kind: reasons.LEADER_WORKER_SET_MISSING,
+    COMPUTE_DOMAINS.kind: reasons.COMPUTE_DOMAIN_MISSING,
+}
+
+
 def _missing_kind_message(exc: KindNotServed) -> str:
     if exc.kind == LEADER_WORKER_SETS.kind:
         return (
             "a pool spans several nodes (nodesPerWorker > 1), which needs the LeaderWorkerSet "
             f"API (sigs.k8s.io/lws); install it in the cluster ({exc})"
+        )
+    if exc.kind == COMPUTE_DOMAINS.kind:
+        return (
+            "whole-tray GB200 workers join a ComputeDomain for multi-node NVLink, which needs "
+            "NVIDIA's DRA driver for GPUs (k8s-dra-driver-gpu) with ComputeDomains enabled; "
+            f"install it, or run the operator with --no-compute-domains ({exc})"
         )
     return str(exc)

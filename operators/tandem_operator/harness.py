@@ -169,3 +169,48 @@ class OperatorProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+MODEL_CLAIM_SIZE = "200Gi"
+
+
+def render_model_claim(namespace: str, cluster: dict[str, Any]) -> list[dict[str, Any]]:
+    """A claim, pre-bound to a static volume, for an InferenceCluster whose
+    ``spec.model.source`` is ``pvc://CLAIM/...``; [] otherwise.
+
+    GPU workers mount the model's PersistentVolumeClaim, and the scheduler does not place a
+    pod whose claim is missing or unbound. Simulated clusters have no storage provisioner,
+    so e2e tests apply these two objects next to the cluster (kwok runs no containers:
+    nothing ever reads the ``hostPath``).
+    """
+    source = str(((cluster.get("spec") or {}).get("model") or {}).get("source") or "")
+    if not source.startswith("pvc://"):
+        return []
+    claim = source.removeprefix("pvc://").split("/")[0]
+    volume = f"{namespace}-{claim}"[:63].rstrip("-")
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": volume, "labels": {"tandem.dev/e2e": "model"}},
+            "spec": {
+                "capacity": {"storage": MODEL_CLAIM_SIZE},
+                "accessModes": ["ReadOnlyMany"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "hostPath": {"path": "/models"},
+                "claimRef": {"namespace": namespace, "name": claim},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": namespace},
+            "spec": {
+                "accessModes": ["ReadOnlyMany"],
+                "storageClassName": "",
+                "volumeName": volume,
+                "resources": {"requests": {"storage": MODEL_CLAIM_SIZE}},
+            },
+        },
+    ]

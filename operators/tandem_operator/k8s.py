@@ -110,6 +110,9 @@ SERVICES = Resource("", "v1", "services", "Service")
 CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap")
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 PODS = Resource("", "v1", "pods", "Pod")
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+# NVIDIA's DRA driver for GPUs (multi-node NVLink on GB200); optional.
+COMPUTE_DOMAINS = Resource("resource.nvidia.com", "v1beta1", "computedomains", "ComputeDomain")
 EVENTS = Resource("", "v1", "events", "Event")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 
@@ -124,6 +127,8 @@ BY_KIND: Mapping[str, Resource] = {
         CONFIG_MAPS,
         PDBS,
         PODS,
+        NODES,
+        COMPUTE_DOMAINS,
         EVENTS,
         LEASES,
     )

@@ -19,12 +19,15 @@ from typing import Any
 import aiohttp
 
 from tandem_operator import k8s, metrics, names
+from tandem_operator.autoscaler import Autoscaler
 from tandem_operator.controller import Caches, Reconciler
 from tandem_operator.health import HealthState, start_server
 from tandem_operator.informer import Informer, Key, key_of
 from tandem_operator.k8s import ApiError, KubeClient
 from tandem_operator.leader import LeaderElector
+from tandem_operator.metrics_source import MetricsSource
 from tandem_operator.observe import observe_pod
+from tandem_operator.placement import NVLINK_DOMAIN_LABEL
 from tandem_operator.pods import RenderSettings
 from tandem_operator.workqueue import WorkQueue
 
@@ -49,6 +52,9 @@ class OperatorOptions:
     workers: int = 8
     resync_seconds: float = 600.0
     settings: RenderSettings = field(default_factory=RenderSettings)
+    # Autoscaler: where to read a cluster's frontend metrics instead of its pods
+    # ("NAMESPACE/NAME" or "*" -> base URL); for out-of-cluster development and e2e.
+    frontend_metrics_urls: dict[str, str] = field(default_factory=dict)
 
 
 def _generation_changed(old: Manifest | None, new: Manifest | None) -> bool:
@@ -59,6 +65,10 @@ def _generation_changed(old: Manifest | None, new: Manifest | None) -> bool:
         before.get("generation") != after.get("generation")
         or before.get("deletionTimestamp") != after.get("deletionTimestamp")
     )
+
+
+def _ignore(old: Manifest | None, new: Manifest | None) -> None:
+    """Nodes are read when a cluster reconciles; their changes enqueue nothing."""
 
 
 def _owner_key(obj: Manifest) -> Key | None:
@@ -95,14 +105,26 @@ class Controller:
         informer(
             k8s.LEADER_WORKER_SETS, self._on_child, label_selector=CHILD_SELECTOR, optional=True
         )
+        # GB200: ComputeDomains we own, and which NVLink domain (clique) each node is in.
+        informer(k8s.COMPUTE_DOMAINS, self._on_child, label_selector=CHILD_SELECTOR, optional=True)
+        informer(k8s.NODES, _ignore, label_selector=NVLINK_DOMAIN_LABEL)
         self._clusters = clusters
         caches = Caches({inf.resource.kind: inf.store for inf in self.informers})
+        self.autoscaler = Autoscaler(
+            client,
+            caches,
+            MetricsSource(options.frontend_metrics_urls),
+            identity=options.identity,
+            enqueue=self.queue.add,
+            now=lambda: datetime.now(UTC),
+        )
         self.reconciler = Reconciler(
             client,
             caches,
             options.settings,
             identity=options.identity,
             now=lambda: datetime.now(UTC),
+            amend_status=self.autoscaler.amend_status,
         )
 
     def synced(self) -> bool:
@@ -187,6 +209,7 @@ class Controller:
                 for _ in range(self._options.workers):
                     tasks.create_task(self._work())
                 tasks.create_task(self._resync())
+                tasks.create_task(self.autoscaler.run())
         finally:
             self.queue.close()
 

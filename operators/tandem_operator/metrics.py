@@ -45,3 +45,28 @@ MANAGED_CLUSTERS = Gauge("tandem_operator_managed_clusters", "InferenceClusters 
 EVENTS_EMITTED = Counter(
     "tandem_operator_events_total", "Kubernetes Events emitted, by type.", ["type"]
 )
+
+# The autoscaler loop (leader only; builtin mode).
+AUTOSCALER_LOOPS = Gauge(
+    "tandem_operator_autoscaler_loops", "InferenceClusters whose autoscaler loop is running."
+)
+AUTOSCALER_ROUNDS = Counter(
+    "tandem_operator_autoscaler_rounds_total",
+    "Autoscaler rounds, by outcome (decided, scrape_failed, api_error).",
+    ["outcome"],
+)
+AUTOSCALER_DECISIONS = Counter(
+    "tandem_operator_autoscaler_decisions_total",
+    "Per-pool decisions, by pool and reason (a ScaleReason).",
+    ["pool", "reason"],
+)
+AUTOSCALER_SCALES = Counter(
+    "tandem_operator_autoscaler_scale_writes_total",
+    "Replica changes written to WorkerPool /scale, by pool and direction (up, down).",
+    ["pool", "direction"],
+)
+AUTOSCALER_SCRAPE_DURATION = Histogram(
+    "tandem_operator_autoscaler_scrape_duration_seconds",
+    "Time to read one cluster's frontends (/metrics and /readyz).",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)

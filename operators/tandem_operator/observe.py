@@ -12,6 +12,7 @@ from typing import Any
 
 from tandem.api.v1alpha1 import PoolRole, WorkerPoolStatus
 from tandem_operator import reasons
+from tandem_operator.placement import NvlinkPlacement
 
 Manifest = dict[str, Any]
 
@@ -43,6 +44,7 @@ class PodObservation:
     name: str
     ready: bool = False
     problem: PodProblem | None = None
+    node_name: str = ""  # "" until scheduled (and for terminating pods)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,8 @@ class Observed:
     frontend_desired: int = 1
     frontend_pods: tuple[PodObservation, ...] = ()
     failure: Failure | None = None
+    # NVLink domains of the scheduled workers (profiles with NVLink domains only).
+    nvlink: NvlinkPlacement | None = None
 
 
 def _int(value: Any) -> int:
@@ -95,6 +99,7 @@ _SCHEDULER_PATTERNS: tuple[tuple[str, str], ...] = (
     ("Insufficient nvidia.com/gpu", reasons.INSUFFICIENT_GPU),
     ("Insufficient cpu", reasons.INSUFFICIENT_CPU),
     ("Insufficient memory", reasons.INSUFFICIENT_MEMORY),
+    ("Insufficient rdma/", reasons.INSUFFICIENT_RDMA),
     ("didn't match Pod's node affinity/selector", reasons.NO_MATCHING_NODES),
     ("untolerated taint", reasons.NO_MATCHING_NODES),
 )
@@ -139,7 +144,9 @@ def observe_pod(obj: Manifest) -> PodObservation:
             if reason:
                 problem = PodProblem(reason, waiting.get("message") or waiting["reason"])
                 break
+    node = (obj.get("spec") or {}).get("nodeName") or ""
     if obj.get("metadata", {}).get("deletionTimestamp"):
         ready = False  # terminating pods are leaving the pool
         problem = None
-    return PodObservation(name=name, ready=ready, problem=problem)
+        node = ""
+    return PodObservation(name=name, ready=ready, problem=problem, node_name=node)

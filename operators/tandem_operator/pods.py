@@ -18,15 +18,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tandem.api.v1alpha1 import EngineKind, InferenceCluster, PoolRole
+from tandem.engines.trtllm.version import PINNED_VERSION
 from tandem_operator import names
 from tandem_operator.contract import (
     frontend_command,
     pool_spec,
     worker_command,
 )
-from tandem_operator.profiles import WorkerHardware, get_profile, render_worker_hardware
+from tandem_operator.model_source import render_model_mount
+from tandem_operator.profiles import (
+    HardwareOptions,
+    WorkerHardware,
+    get_profile,
+    render_worker_hardware,
+)
 
 Manifest = dict[str, Any]
+
+ANNOTATION_TRTLLM_RELEASE = "tandem.dev/tensorrt-llm-release"
+TRTLLM_RELEASE = PINNED_VERSION
 
 # Grace periods assume a stream produces at least this many tokens per second; a decode
 # worker asked to stop finishes its longest admissible answer within the grace period.
@@ -49,6 +59,7 @@ class RenderSettings:
             "limits": {"memory": "2Gi"},
         }
     )
+    hardware: HardwareOptions = field(default_factory=HardwareOptions)
 
 
 def clamp(value: int, low: int, high: int) -> int:
@@ -107,7 +118,7 @@ def _downward_env(*fields: tuple[str, str]) -> list[Manifest]:
     return [{"name": n, "valueFrom": {"fieldRef": {"fieldPath": p}}} for n, p in fields]
 
 
-def _security_context(non_root: bool) -> Manifest:
+def _security_context(non_root: bool, add_capabilities: tuple[str, ...] = ()) -> Manifest:
     ctx: Manifest = {"allowPrivilegeEscalation": False}
     if non_root:
         ctx |= {
@@ -116,6 +127,9 @@ def _security_context(non_root: bool) -> Manifest:
             "runAsUser": NON_ROOT_UID,
             "capabilities": {"drop": ["ALL"]},
         }
+    if add_capabilities:
+        capabilities = ctx.setdefault("capabilities", {})
+        capabilities["add"] = list(add_capabilities)
     return ctx
 
 
@@ -153,10 +167,10 @@ def _config_volume(cr: InferenceCluster, component: str) -> Manifest:
     }
 
 
-def _spread(selector: dict[str, str]) -> list[Manifest]:
+def _spread(selector: dict[str, str], max_skew: int = 1) -> list[Manifest]:
     return [
         {
-            "maxSkew": 1,
+            "maxSkew": max_skew,
             "topologyKey": "kubernetes.io/hostname",
             "whenUnsatisfiable": "ScheduleAnyway",
             "labelSelector": {"matchLabels": selector},
@@ -178,7 +192,7 @@ def _pod_spec(
         "terminationGracePeriodSeconds": grace,
         "containers": [container],
         "volumes": volumes,
-        "topologySpreadConstraints": _spread(selector),
+        "topologySpreadConstraints": _spread(selector, hardware.spread_max_skew if hardware else 1),
     }
     non_root = hardware.non_root if hardware else True
     if non_root:
@@ -193,6 +207,8 @@ def _pod_spec(
             spec["affinity"] = hardware.affinity
         if hardware.tolerations:
             spec["tolerations"] = hardware.tolerations
+        if hardware.resource_claims:
+            spec["resourceClaims"] = hardware.resource_claims
     return spec
 
 
@@ -202,7 +218,16 @@ def render_worker_pod_template(
     """The PodTemplateSpec of one pool's workers."""
     cluster = cr.metadata.name
     pool = pool_spec(cr, role)
-    hardware = render_worker_hardware(cr.spec.accelerator.profile, pool, cr.spec.kv_transfer)
+    hardware = render_worker_hardware(
+        cr.spec.accelerator.profile,
+        pool,
+        cr.spec.kv_transfer,
+        cluster=cluster,
+        role=role,
+        options=settings.hardware,
+    )
+    # Engines that load weights mount them (the reference engine builds its own).
+    model = render_model_mount(cr.spec.model) if cr.spec.engine.kind is EngineKind.TRTLLM else None
     startup_budget = 900 if get_profile(cr.spec.accelerator.profile).has_gpus else 300
     env = _downward_env(
         ("POD_NAME", "metadata.name"),
@@ -221,16 +246,22 @@ def render_worker_pod_template(
             {"name": "http", "containerPort": names.WORKER_HTTP_PORT, "protocol": "TCP"},
         ],
         "env": env,
-        "resources": hardware.resources,
+        "resources": _with_claims(hardware.resources, hardware.container_claims),
         "volumeMounts": [
             {"name": "config", "mountPath": names.CONFIG_MOUNT_PATH, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
             *hardware.volume_mounts,
+            *(model.volume_mounts if model else ()),
         ],
-        "securityContext": _security_context(hardware.non_root),
+        "securityContext": _security_context(hardware.non_root, hardware.capabilities),
         **_probes("http", startup_budget),
     }
-    volumes = [_config_volume(cr, role.value), {"name": "tmp", "emptyDir": {}}, *hardware.volumes]
+    volumes = [
+        _config_volume(cr, role.value),
+        {"name": "tmp", "emptyDir": {}},
+        *hardware.volumes,
+        *(model.volumes if model else ()),
+    ]
     selector = names.selector_labels(cluster, role.value)
     spec = _pod_spec(
         container=container,
@@ -243,7 +274,14 @@ def render_worker_pod_template(
         spec = merge_pod_spec(spec, pool.pod_template.spec.as_dict())
     labels = {**pool.pod_template.labels, **names.standard_labels(cluster, role.value)}
     annotations = {**pool.pod_template.annotations, names.ANNOTATION_CONFIG_HASH: config_hash}
+    if cr.spec.engine.kind is EngineKind.TRTLLM:
+        # The release the engine options are rendered for; both pools must run it.
+        annotations[ANNOTATION_TRTLLM_RELEASE] = TRTLLM_RELEASE
     return {"metadata": {"labels": labels, "annotations": annotations}, "spec": spec}
+
+
+def _with_claims(resources: Manifest, claims: list[Manifest]) -> Manifest:
+    return {**resources, "claims": claims} if claims else resources
 
 
 def render_frontend_pod_template(

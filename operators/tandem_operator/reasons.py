@@ -10,6 +10,13 @@ from __future__ import annotations
 READY = "Ready"
 PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
+# GPU profiles with NVLink domains (GB200 NVL72): are the cluster's workers in one?
+# Informational: never blocks Ready.
+NVLINK_LOCAL = "NVLinkLocal"
+# Set by the autoscaler (builtin mode only); its True reasons are the policy's
+# ``ScaleReason`` values ``Unschedulable`` and ``AtMaxReplicas``.
+SCALING_LIMITED = "ScalingLimited"
+DESIRED_WITHIN_RANGE = "DesiredWithinRange"  # ScalingLimited=False
 
 # Ready=True
 CLUSTER_READY = "ClusterReady"  # every pool and the frontend have all desired replicas ready
@@ -30,6 +37,7 @@ UP_TO_DATE = "UpToDate"
 INSUFFICIENT_GPU = "InsufficientGPU"
 INSUFFICIENT_CPU = "InsufficientCPU"
 INSUFFICIENT_MEMORY = "InsufficientMemory"
+INSUFFICIENT_RDMA = "InsufficientRDMA"  # no node has a free RDMA device-plugin resource
 NO_MATCHING_NODES = "NoMatchingNodes"  # selector/affinity/taints exclude every node
 UNSCHEDULABLE = "Unschedulable"  # any other scheduler refusal
 IMAGE_PULL_FAILED = "ImagePullFailed"
@@ -37,9 +45,18 @@ CRASH_LOOP = "CrashLoopBackOff"
 INVALID_SPEC = "InvalidSpec"
 APPLY_FAILED = "ApplyFailed"
 LEADER_WORKER_SET_MISSING = "LeaderWorkerSetMissing"
+COMPUTE_DOMAIN_MISSING = "ComputeDomainMissing"  # NVIDIA's DRA driver (its CRD) is absent
+# A pool's worker cannot hold weights + workspace + its batch's KV on its GPUs
+# (tandem.capacity); the spec is not applied (capacity_gate).
+INSUFFICIENT_GPU_MEMORY = "InsufficientGPUMemory"
 
 # Degraded=False
 AS_EXPECTED = "AsExpected"
+
+# NVLinkLocal
+SAME_NVLINK_DOMAIN = "SameNVLinkDomain"
+SPLIT_ACROSS_NVLINK_DOMAINS = "SplitAcrossNVLinkDomains"
+NO_WORKERS_SCHEDULED = "NoWorkersScheduled"
 
 # Event reasons beyond the condition reasons above.
 EVENT_READY = "Ready"

@@ -9,6 +9,7 @@ Object tree (all names derived from the cluster name ``C``)::
 
     InferenceCluster C
     ├── ConfigMap C-config          frontend.json, prefill.json, decode.json
+    ├── ComputeDomain C-nvlink      GB200 only: IMEX channel for whole-tray workers
     ├── Deployment C-frontend       + Service C-frontend (the endpoint)
     ├── WorkerPool C-prefill        (/scale target)
     │   ├── Deployment C-prefill    (LeaderWorkerSet when nodesPerWorker > 1)
@@ -33,12 +34,18 @@ from tandem_operator.contract import (
     render_frontend_config,
     render_worker_config,
 )
+from tandem_operator.multinode import (
+    SUBDOMAIN_POLICY,
+    launches_mpi_world,
+    render_group_templates,
+)
+from tandem_operator.placement import render_compute_domain
 from tandem_operator.pods import (
     RenderSettings,
     render_frontend_pod_template,
     render_worker_pod_template,
 )
-from tandem_operator.profiles import get_profile, render_worker_hardware
+from tandem_operator.profiles import get_profile, render_worker_hardware, uses_channel_claim
 
 Manifest = dict[str, Any]
 
@@ -195,12 +202,23 @@ def render_worker_pool(cr: InferenceCluster, role: PoolRole, *, include_replicas
     )
 
 
+def render_compute_domains(cr: InferenceCluster, settings: RenderSettings) -> list[Manifest]:
+    """The cluster's ComputeDomain, when a pool's workers claim its IMEX channel."""
+    profile = get_profile(cr.spec.accelerator.profile)
+    claimed = any(
+        uses_channel_claim(profile, pool_spec(cr, r), cr.metadata.name, settings.hardware)
+        for r in PoolRole
+    )
+    return [stamp_applied_hash(render_compute_domain(cr, _cluster_owner(cr)))] if claimed else []
+
+
 def render_cluster_children(
     cr: InferenceCluster, settings: RenderSettings, *, include_pool_replicas: bool
 ) -> list[Manifest]:
     """Everything owned directly by the InferenceCluster."""
     return [
         render_config_map(cr),
+        *render_compute_domains(cr, settings),
         *render_frontend(cr, settings),
         *(render_worker_pool(cr, r, include_replicas=include_pool_replicas) for r in PoolRole),
     ]
@@ -232,6 +250,15 @@ def _render_workload(
     template = render_worker_pod_template(cr, role, settings, digest)
     hardware = render_worker_hardware(cr.spec.accelerator.profile, spec, cr.spec.kv_transfer)
     if uses_leader_worker_set(cr, role):
+        group: Manifest = {
+            "size": spec.nodes_per_worker,
+            # A TP group that lost one member cannot serve: restart it whole.
+            "restartPolicy": "RecreateGroupOnPodRestart",
+            "workerTemplate": template,
+        }
+        if launches_mpi_world(cr, role):
+            leader, follower = render_group_templates(cr, role, template)
+            group |= {"leaderTemplate": leader, "workerTemplate": follower}
         return {
             "apiVersion": LWS_API_VERSION,
             "kind": "LeaderWorkerSet",
@@ -246,12 +273,12 @@ def _render_workload(
                         "maxUnavailable": max(1, hardware.max_unavailable),
                     },
                 },
-                "leaderWorkerTemplate": {
-                    "size": spec.nodes_per_worker,
-                    # A TP group that lost one member cannot serve: restart it whole.
-                    "restartPolicy": "RecreateGroupOnPodRestart",
-                    "workerTemplate": template,
-                },
+                # One headless Service per group, publishing pods before they are ready,
+                # so that the group's members resolve each other while the MPI world
+                # starts; the pool's own Service (same name as the LWS) stays the
+                # router's view of ready leaders.
+                "networkConfig": {"subdomainPolicy": SUBDOMAIN_POLICY},
+                "leaderWorkerTemplate": group,
             },
         }
     gpu = get_profile(cr.spec.accelerator.profile).has_gpus

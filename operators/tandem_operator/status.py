@@ -9,6 +9,10 @@ The rules, in the order a user relies on them:
   the scheduler refuses (``InsufficientGPU`` ...), images that do not pull, crash loops, an
   invalid spec or a failed apply. Its message carries the scheduler's own words.
 - **Progressing** is True while a rollout or a scale is in flight.
+- **NVLinkLocal** (profiles with NVLink domains, GB200) is True when every scheduled
+  worker of the cluster sits in one NVLink domain and False
+  (``SplitAcrossNVLinkDomains``) when they span several: KV between domains moves over
+  RDMA instead of NVLink. Informational; it never blocks Ready.
 
 Condition times only move when a condition's status changes; Events are derived from the
 transitions and emitted by the caller *after* the status is persisted.
@@ -37,11 +41,13 @@ from tandem_operator.observe import (
     PoolObservation,
     WorkloadObservation,
 )
+from tandem_operator.placement import NvlinkPlacement
 from tandem_operator.render import pool_selector
 
 # Most actionable first: when several pods fail differently, the status names this one.
 PROBLEM_PRIORITY: tuple[str, ...] = (
     reasons.INSUFFICIENT_GPU,
+    reasons.INSUFFICIENT_RDMA,
     reasons.INSUFFICIENT_CPU,
     reasons.INSUFFICIENT_MEMORY,
     reasons.NO_MATCHING_NODES,
@@ -265,6 +271,8 @@ def compute_status(cr: InferenceCluster, observed: Observed, now: str) -> Status
             now=now,
         ),
     ]
+    if observed.nvlink is not None:
+        conditions.append(_nvlink_condition(observed.nvlink, previous, generation, now))
 
     def pool_status(role: PoolRole) -> PoolStatus:
         part = pool_parts.get(role)
@@ -289,6 +297,33 @@ def compute_status(cr: InferenceCluster, observed: Observed, now: str) -> Status
     }
     events = _events(previous_status, status)
     return StatusResult(cluster=status, pools=pools, events=events)
+
+
+def _nvlink_condition(
+    placement: NvlinkPlacement, previous: list[Condition], generation: int, now: str
+) -> Condition:
+    if placement.scheduled == 0:
+        status, reason, message = "Unknown", reasons.NO_WORKERS_SCHEDULED, "no worker scheduled"
+    elif placement.split:
+        status, reason = "False", reasons.SPLIT_ACROSS_NVLINK_DOMAINS
+        message = (
+            f"workers span NVLink domains ({placement.describe()}); KV between them moves "
+            "over RDMA, not NVLink"
+        )
+    else:
+        status, reason = "True", reasons.SAME_NVLINK_DOMAIN
+        message = f"all {placement.scheduled} scheduled workers share one NVLink domain"
+        message += f" ({placement.describe()})"
+    before = next((c for c in previous if c.type == reasons.NVLINK_LOCAL), None)
+    since = before.last_transition_time if before and before.status == status else now
+    return Condition(
+        type=reasons.NVLINK_LOCAL,
+        status=status,
+        reason=reason,
+        message=message,
+        last_transition_time=since,
+        observed_generation=generation,
+    )
 
 
 def _find(conditions: list[Condition], kind: str) -> Condition | None:
@@ -320,6 +355,14 @@ def _events(
             events.append(EventRecord("Warning", new_degraded.reason, new_degraded.message))
     elif was:
         events.append(EventRecord("Normal", reasons.EVENT_RECOVERED, "no longer degraded"))
+    old_nvlink = _find(list(before.conditions), reasons.NVLINK_LOCAL)
+    new_nvlink = _find(list(after.conditions), reasons.NVLINK_LOCAL)
+    if (
+        new_nvlink is not None
+        and new_nvlink.reason == reasons.SPLIT_ACROSS_NVLINK_DOMAINS
+        and (old_nvlink is None or old_nvlink.reason != new_nvlink.reason)
+    ):
+        events.append(EventRecord("Warning", new_nvlink.reason, new_nvlink.message))
     if before.conditions:  # a first status is not a resize
         for role in PoolRole:
             old = getattr(before.pools, role.value).desired

@@ -24,7 +24,7 @@ import yaml
 
 from tandem.devcluster import DevCluster
 from tandem.devcluster.probes import wait_until
-from tandem_operator.harness import OperatorProcess, write_token_kubeconfig
+from tandem_operator.harness import OperatorProcess, render_model_claim, write_token_kubeconfig
 
 pytestmark = pytest.mark.k8s
 
@@ -87,6 +87,14 @@ def eventually(check: Callable[[], bool], what: str, timeout_s: float = WAIT_S) 
 def apply_file(cluster: DevCluster, path: Path, namespace: str) -> str:
     doc = yaml.safe_load(path.read_text())
     doc["metadata"]["namespace"] = namespace
+    claim = render_model_claim(namespace, doc)  # GPU workers mount the model's PVC
+    if claim:
+        cluster.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": claim}),
+        )
     cluster.kubectl("apply", "-f", "-", input=json.dumps(doc))
     name: str = doc["metadata"]["name"]
     return name

@@ -8,7 +8,19 @@ Both actuators (the operator's autoscaler loop and ``tandem up``) scrape each fr
   prometheus_client's own parser, so any valid exposition reads the same);
 - :func:`combine_readings` merges several frontends into one reading;
 - :func:`parse_worker_loads` / :func:`combine_worker_loads` turn ``/readyz`` into the
-  per-worker :class:`~tandem.autoscale.drain.WorkerLoad` the drain choice ranks.
+  per-worker :class:`~tandem.autoscale.drain.WorkerLoad` the drain choice ranks;
+- :class:`SampleWindow` keeps the older sample the decode time is averaged against.
+
+Counters: ``prompt_tokens_total`` is the router's
+``tandem_router_prefill_prompt_tokens_total`` (prompts long enough for the prefill pool,
+whichever path they took; not the frontend's count of every prompt, which would keep a
+pool of short-prompt traffic from ever reaching zero). Until the router exports the
+others (docs/autoscaling.md, "Proposed"), the frontend's series stand in:
+``requests_total`` is the count of first tokens
+(``tandem_frontend_time_to_first_token_seconds_count``) and the decode time is request
+duration minus time to first token, summed over the generation endpoints. A series a
+frontend does not export (yet: labelled histograms appear with their first observation)
+reads as unknown, and the policy sizes from the gauges alone.
 
 How frontends combine. Each router's per-worker load is the larger of its own in-flight
 work and what the worker last reported (its queue from every router), so every frontend
@@ -36,6 +48,13 @@ ACTIVE_SEQUENCES = "tandem_router_active_sequences"
 KV_UTILIZATION = "tandem_router_kv_utilization_ratio"
 WORKERS = "tandem_router_workers"
 DIVERTED_PREFILL_TOKENS = "tandem_router_diverted_prefill_tokens"
+PROMPT_TOKENS_TOTAL = "tandem_router_prefill_prompt_tokens_total"
+FIRST_TOKENS_TOTAL = "tandem_frontend_time_to_first_token_seconds_count"
+FIRST_TOKEN_SECONDS_SUM = "tandem_frontend_time_to_first_token_seconds_sum"
+REQUEST_SECONDS_SUM = "tandem_frontend_request_duration_seconds_sum"
+GENERATION_ENDPOINTS = frozenset({"chat", "completions"})
+# How far back the mean decode time looks (short windows favour short sequences).
+DECODE_BASELINE_SECONDS = 600.0
 
 _POOLS = {role.value: role for role in PoolRole}
 
@@ -63,17 +82,40 @@ class _Acc:
     healthy: float = 0.0
 
 
+@dataclass(slots=True)
+class _Counters:
+    prompt_tokens: float | None = None
+    first_tokens: float | None = None
+    first_token_seconds: float | None = None
+    request_seconds: float | None = None
+
+    def add(self, name: str, value: float) -> None:
+        setattr(self, name, (getattr(self, name) or 0.0) + value)
+
+
 def parse_router_reading(text: str, *, at: float) -> RouterReading:
     """One frontend's ``/metrics`` text -> a reading taken at ``at``.
 
     Raises ValueError when the text is not a Prometheus exposition. Series of unknown
     pools are ignored; a pool the router does not mention reads as idle."""
     acc = {role: _Acc() for role in PoolRole}
+    counters = _Counters()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             pool = _POOLS.get(sample.labels.get("pool", ""))
             value = float(sample.value)
-            if sample.name == DIVERTED_PREFILL_TOKENS:
+            if sample.name == PROMPT_TOKENS_TOTAL:
+                counters.add("prompt_tokens", value)
+            elif sample.name == FIRST_TOKENS_TOTAL:
+                counters.add("first_tokens", value)
+            elif sample.name == FIRST_TOKEN_SECONDS_SUM:
+                counters.add("first_token_seconds", value)
+            elif (
+                sample.name == REQUEST_SECONDS_SUM
+                and sample.labels.get("endpoint") in GENERATION_ENDPOINTS
+            ):
+                counters.add("request_seconds", value)
+            elif sample.name == DIVERTED_PREFILL_TOKENS:
                 acc[PoolRole.PREFILL].diverted += value
             elif pool is None:
                 continue
@@ -87,6 +129,17 @@ def parse_router_reading(text: str, *, at: float) -> RouterReading:
                 acc[pool].kv_utilization = max(acc[pool].kv_utilization, value)
             elif sample.name == WORKERS and sample.labels.get("state") == "healthy":
                 acc[pool].healthy += value
+    decode_seconds = None
+    if counters.request_seconds is not None and counters.first_token_seconds is not None:
+        decode_seconds = max(0.0, counters.request_seconds - counters.first_token_seconds)
+    counted = {
+        PoolRole.PREFILL: {"prompt_tokens_total": counters.prompt_tokens},
+        PoolRole.DECODE: {
+            "requests_total": counters.first_tokens,
+            "decode_seconds_sum": decode_seconds,
+            "decode_seconds_count": counters.first_tokens if decode_seconds is not None else None,
+        },
+    }
     return RouterReading(
         at=at,
         samples={
@@ -97,6 +150,7 @@ def parse_router_reading(text: str, *, at: float) -> RouterReading:
                 diverted_prefill_tokens=int(a.diverted),
                 active_sequences=int(a.active_sequences),
                 kv_utilization=a.kv_utilization,
+                **counted[role],
             )
             for role, a in acc.items()
         },
@@ -179,3 +233,19 @@ def combine_worker_loads(views: Iterable[Mapping[str, WorkerLoad]]) -> dict[str,
                 queued_tokens=seen.queued_tokens + load.queued_tokens,
             )
     return out
+
+
+class SampleWindow:
+    """A pool's recent samples, for :func:`~tandem.autoscale.signals.compute_observation`'s
+    ``decode_baseline``: the oldest sample no older than ``horizon`` seconds."""
+
+    def __init__(self, horizon: float = DECODE_BASELINE_SECONDS) -> None:
+        self._horizon = horizon
+        self._samples: list[LoadSample] = []
+
+    def add(self, sample: LoadSample) -> None:
+        self._samples = [s for s in self._samples if sample.at - s.at <= self._horizon]
+        self._samples.append(sample)
+
+    def baseline(self) -> LoadSample | None:
+        return self._samples[0] if self._samples else None

@@ -18,6 +18,7 @@ import importlib
 import logging
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +38,28 @@ def _default_lease_namespace() -> str:
 def cmd_operator_run(args: argparse.Namespace) -> int:
     manager: Any = importlib.import_module("tandem_operator.manager")
     pods: Any = importlib.import_module("tandem_operator.pods")
+    metrics_source: Any = importlib.import_module("tandem_operator.metrics_source")
     logging.getLogger().setLevel(getattr(logging, args.log_level.upper()))
+    profiles: Any = importlib.import_module("tandem_operator.profiles")
+    fabric: Any = importlib.import_module("tandem_operator.fabric")
     settings = pods.RenderSettings(
         image=args.image,
         trtllm_image=args.trtllm_image,
         image_pull_policy=args.image_pull_policy,
+        hardware=profiles.HardwareOptions(
+            compute_domains=args.compute_domains,
+            rdma=fabric.RdmaOptions(
+                resource=args.rdma_resource or None,
+                per_gpu=not args.rdma_shared,
+                net_devices=args.rdma_net_devices,
+            ),
+        ),
     )
+    try:
+        metrics_urls = metrics_source.parse_url_overrides(args.frontend_metrics_url or ())
+    except ValueError as exc:
+        print(f"error: --frontend-metrics-url: {exc}", file=sys.stderr)
+        return 2
     in_cluster = args.kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ
     kwargs: dict[str, Any] = {}
     if args.identity:
@@ -56,6 +73,7 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
         leader_election_namespace=args.leader_election_namespace or _default_lease_namespace(),
         workers=args.workers,
         settings=settings,
+        frontend_metrics_urls=metrics_urls,
         **kwargs,
     )
 
@@ -102,5 +120,33 @@ def register(subparsers: Any) -> None:
         help="image of TensorRT-LLM workers (unless spec.engine.image is set)",
     )
     run.add_argument("--image-pull-policy", default="IfNotPresent")
+    run.add_argument(
+        "--compute-domains",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="GB200: a ComputeDomain per cluster for multi-node NVLink (needs NVIDIA's DRA "
+        "driver for GPUs)",
+    )
+    run.add_argument(
+        "--rdma-resource",
+        default="rdma/ib",
+        help="RDMA device-plugin resource GPU workers request ('' for none)",
+    )
+    run.add_argument(
+        "--rdma-shared",
+        action="store_true",
+        help="request one shared RDMA device per worker instead of one per GPU",
+    )
+    run.add_argument(
+        "--rdma-net-devices", default="", help="UCX_NET_DEVICES / NCCL_IB_HCA, e.g. mlx5_0:1"
+    )
+    run.add_argument(
+        "--frontend-metrics-url",
+        action="append",
+        metavar="NAMESPACE/NAME=URL",
+        help="autoscaler: read this cluster's router metrics from URL instead of its "
+        "frontend pods (or *=URL for every cluster); for running out of the cluster, "
+        "e.g. through a port-forward. Repeatable.",
+    )
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     run.set_defaults(handler=cmd_operator_run)

@@ -67,6 +67,28 @@ class _Attempts:
     local_reason: DecisionReason | None = None  # overrides the policy's after a fallback
 
 
+# Local prefills for these reasons are work the prefill pool should have taken.
+_DIVERTING_REASONS = frozenset(
+    {
+        DecisionReason.NO_PREFILL_WORKERS,
+        DecisionReason.PREFILL_UNHEALTHY,
+        DecisionReason.PREFILL_SATURATED,
+        DecisionReason.PREFILL_FAILED,
+    }
+)
+
+
+def _diverted_tokens(
+    decision: RouteDecision, route_request: RouteRequest, policy: PolicyConfig
+) -> int:
+    """Prompt tokens prefilled locally only because the prefill pool could not take them."""
+    if decision.path is not PrefillPath.LOCAL or decision.reason not in _DIVERTING_REASONS:
+        return 0
+    if route_request.prompt_tokens < policy.min_prefill_tokens:
+        return 0  # short prompts prefill locally anyway
+    return route_request.prompt_tokens
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -98,6 +120,9 @@ class Dispatcher:
         try:
             cfg = self.config
             route_request = self._route_request(request)
+            if route_request.prompt_tokens >= cfg.policy.min_prefill_tokens:
+                # Demand for the prefill pool, whichever path the prompt takes.
+                self._metrics.prefill_prompt_tokens.inc(route_request.prompt_tokens)
             for attempt in range(cfg.max_decode_attempts):
                 if attempt:
                     self._metrics.retries.labels("decode").inc()
@@ -126,7 +151,16 @@ class Dispatcher:
                     first_token=handoff.first_token if handoff is not None else None,
                     timeout_s=self._stream_deadline(request),
                 )
-                first = await self._first_chunk(request, worker, stream, route_request, attempts)
+                # Long prompts prefilling here although the prefill pool should take them:
+                # demand the autoscaler must see while that pool is empty or saturated.
+                diverted = _diverted_tokens(decision, route_request, cfg.policy)
+                self._metrics.diverted_prefill_tokens.inc(diverted)
+                try:
+                    first = await self._first_chunk(
+                        request, worker, stream, route_request, attempts
+                    )
+                finally:
+                    self._metrics.diverted_prefill_tokens.dec(diverted)
                 if first is None:
                     continue
                 attempts.kv_pulled = handoff is not None

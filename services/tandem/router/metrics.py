@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -57,6 +57,18 @@ class RouterMetrics:
             "tandem_router_kv_transfer_duration_seconds",
             "Time decode workers spent pulling a request's KV.",
             buckets=KV_TRANSFER_BUCKETS,
+            registry=registry,
+        )
+        self.prefill_prompt_tokens = Counter(
+            "tandem_router_prefill_prompt_tokens_total",
+            "Prompt tokens of admitted requests long enough for the prefill pool, counted "
+            "once whichever path they take: the arrival rate that sizes that pool.",
+            registry=registry,
+        )
+        self.diverted_prefill_tokens = Gauge(
+            "tandem_router_diverted_prefill_tokens",
+            "Prompt tokens prefilling on decode workers only because the prefill pool was "
+            "empty, unhealthy or saturated (first token not yet back): demand for that pool.",
             registry=registry,
         )
         self.prefill_seconds = Histogram(

@@ -17,6 +17,7 @@ from types import FrameType
 from tandem.api.v1alpha1 import InferenceCluster, KvBackend
 from tandem.devcluster.ports import allocate_ports
 from tandem.devcluster.processes import ProcessRecord, is_running, stop
+from tandem.runtime.autoscaler import LocalAutoscaler, autoscales_locally
 from tandem.runtime.plan import LOCAL_HOST, WORKER_MODULE, count_workers, plan_local
 from tandem.runtime.state import Phase, cluster_dir, read_state, state_path
 from tandem.runtime.supervisor import StartupError, Supervisor
@@ -92,10 +93,24 @@ def run_foreground(
         startup_timeout_s=startup_timeout_s,
     )  # fmt: skip
     code = 0
+    autoscaler: LocalAutoscaler | None = None
     with _stop_on_signals():
         try:
             supervisor.start()
             progress(f"endpoint: {plan.endpoint}  (Ctrl-C or `tandem down --name {name}`)")
+            if autoscales_locally(cluster):
+                autoscaler = LocalAutoscaler(
+                    cluster,
+                    supervisor,
+                    frontend_url=plan.endpoint.removesuffix("/v1"),
+                    state_dir=directory,
+                    progress=progress,
+                )
+                supervisor.tick_hooks.append(autoscaler)
+                interval = cluster.spec.autoscaling.interval_seconds
+                progress(f"autoscaling every {interval}s (see `tandem status --name {name}`)")
+            elif cluster.spec.autoscaling.enabled:
+                progress("autoscaling mode external: no HPA/KEDA here, pools keep their size")
             supervisor.supervise(lambda: False)
         except (KeyboardInterrupt, _Stop):
             progress("stopping")
@@ -106,6 +121,8 @@ def run_foreground(
         finally:
             with _signals_ignored():
                 supervisor.stop()
+                if autoscaler is not None:
+                    autoscaler.close()
                 if code == 0:
                     state_path(directory).unlink(missing_ok=True)
     progress("stopped")

@@ -48,6 +48,7 @@ class ProcessState:
     pid: int
     start_ticks: int
     log: str
+    retiring: bool = False  # out of membership, draining before it is stopped
 
     @property
     def record(self) -> ProcessRecord:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tandem.devcluster.processes import is_running
+from tandem.runtime.scaling_record import AutoscalingRecord, read_record
 from tandem.runtime.state import ClusterState, read_state
 
 POOLS = ("prefill", "decode")
@@ -35,9 +36,11 @@ def compute_status(
     state: ClusterState,
     alive: dict[str, bool],
     seen: list[dict[str, Any]] | None,
+    autoscaling: AutoscalingRecord | None = None,
 ) -> dict[str, Any]:
-    """Pure: the status document from the state, which pids live, and the frontend's
-    view of worker health (None when the frontend did not answer)."""
+    """Pure: the status document from the state, which pids live, the frontend's
+    view of worker health (None when the frontend did not answer) and the local
+    autoscaler's record (None when the cluster does not autoscale)."""
     healthy = {w.get("address"): bool(w.get("healthy")) for w in seen or []}
     pools: dict[str, Any] = {}
     for pool in POOLS:
@@ -48,16 +51,32 @@ def compute_status(
                 "pid": w.pid,
                 "alive": alive.get(w.name, False),
                 "healthy": healthy.get(w.address, False),
+                "retiring": w.retiring,
                 "log": w.log,
             }
             for w in state.workers
             if w.component == pool
         ]
+        serving = [w for w in workers if not w["retiring"]]
         pools[pool] = {
-            "replicas": len(workers),
-            "ready": sum(1 for w in workers if w["alive"] and w["healthy"]),
+            "replicas": len(serving),
+            "ready": sum(1 for w in serving if w["alive"] and w["healthy"]),
             "workers": workers,
         }
+        record = autoscaling.pools.get(pool) if autoscaling else None
+        if record is not None:
+            pools[pool]["autoscaling"] = {
+                "desired": record.desired,
+                "reason": record.reason,
+                "message": record.message,
+                "queue_depth": {
+                    "requests": record.queued_requests,
+                    "tokens": record.queued_tokens,
+                },
+                "last_scale_time": record.last_scale_time,
+                "last_scale_reason": record.last_scale_reason,
+                "last_scale_message": record.last_scale_message,
+            }
     frontend = state.frontend
     return {
         "cluster": state.cluster,
@@ -72,6 +91,15 @@ def compute_status(
             "reachable": seen is not None,
         },
         "pools": pools,
+        "autoscaling": (
+            {
+                "interval_seconds": autoscaling.interval_seconds,
+                "rounds": autoscaling.ticks,
+                "error": autoscaling.error,
+            }
+            if autoscaling
+            else None
+        ),
     }
 
 
@@ -84,7 +112,7 @@ def collect_status(directory: Path) -> dict[str, Any] | None:
         if process is not None:
             alive[process.name] = is_running(process.record)
     seen = probe_workers(state.endpoint) if alive.get("frontend") else None
-    return compute_status(state, alive, seen)
+    return compute_status(state, alive, seen, read_record(directory))
 
 
 def render_status(status: dict[str, Any]) -> str:
@@ -98,10 +126,30 @@ def render_status(status: dict[str, Any]) -> str:
     lines.append(f"frontend  pid {frontend['pid']}  {state}")
     for pool in POOLS:
         info = status["pools"][pool]
-        lines.append(f"{pool:<9} {info['ready']}/{info['replicas']} ready")
+        line = f"{pool:<9} {info['ready']}/{info['replicas']} ready"
+        scaling = info.get("autoscaling")
+        if scaling:
+            queue = scaling["queue_depth"]
+            line += (
+                f"  desired {scaling['desired']}  queue {queue['requests']} req /"
+                f" {queue['tokens']} tok  ({scaling['reason']})"
+            )
+        lines.append(line)
+        if scaling and scaling["last_scale_reason"]:
+            lines.append(
+                f"  last scale: {scaling['last_scale_reason']}: {scaling['last_scale_message']}"
+            )
         for w in info["workers"]:
             health = "dead" if not w["alive"] else ("healthy" if w["healthy"] else "unhealthy")
+            if w.get("retiring") and w["alive"]:
+                health = "draining"
             lines.append(f"  {w['name']:<12} {w['address']:<22} pid {w['pid']:<8} {health}")
+    autoscaling = status.get("autoscaling")
+    if autoscaling:
+        lines.append(
+            f"autoscale every {autoscaling['interval_seconds']:g}s, {autoscaling['rounds']} rounds"
+            + (f"; {autoscaling['error']}" if autoscaling["error"] else "")
+        )
     if status.get("message"):
         lines.append(f"message   {status['message']}")
     return "\n".join(lines)

@@ -10,6 +10,10 @@ Deployment would.
 Scaling seam (for the local autoscaler): :meth:`Supervisor.scale` adds workers (new
 ports, added to the membership file once ready) or retires the highest-numbered ones
 (removed from membership first, so the router stops routing there, then stopped).
+:meth:`Supervisor.retire` and :meth:`Supervisor.stop_retired` split a retirement in
+two, so the caller can drain chosen workers in between without blocking supervision:
+a retiring worker is out of the membership and never restarted, but still recorded in
+the state file (``tandem down`` stops it) and stopped with everything else.
 Functions registered in ``tick_hooks`` run on every supervision round.
 """
 
@@ -23,7 +27,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +57,7 @@ class _Child:
     restarts: int = 0
     restart_at: float | None = None
 
-    def state(self) -> ProcessState:
+    def state(self, *, retiring: bool = False) -> ProcessState:
         record = record_of(self.spec.name, self.popen, self.spec.log)
         return ProcessState(
             name=self.spec.name,
@@ -62,6 +66,7 @@ class _Child:
             pid=record.pid,
             start_ticks=record.start_ticks,
             log=str(self.spec.log),
+            retiring=retiring,
         )
 
 
@@ -83,6 +88,7 @@ class Supervisor:
         self._startup_timeout_s = startup_timeout_s
         self._stop_grace_s = stop_grace_s
         self._children: dict[str, _Child] = {}
+        self._retiring: dict[str, _Child] = {}  # out of membership, draining
         self._next_index = {role: len(p.workers) for role, p in plan.pools.items()}
         self._phase = Phase.STARTING
         self._message = ""
@@ -132,8 +138,9 @@ class Supervisor:
         frontend = self._children.pop("frontend", None)
         if frontend is not None:
             self._stop_children([frontend])
-        self._stop_children(list(self._children.values()))
+        self._stop_children([*self._children.values(), *self._retiring.values()])
         self._children.clear()
+        self._retiring.clear()
 
     def fail(self, message: str) -> None:
         self._phase, self._message = Phase.FAILED, message
@@ -144,13 +151,37 @@ class Supervisor:
     def pool_size(self, role: PoolRole) -> int:
         return sum(1 for c in self._children.values() if c.spec.component == role.value)
 
+    def workers(self, role: PoolRole) -> list[ProcessSpec]:
+        """The pool's workers in membership (retiring ones excluded), by index."""
+        specs = (c.spec for c in self._children.values() if c.spec.component == role.value)
+        return sorted(specs, key=_index)
+
+    def retire(self, names: Sequence[str]) -> list[ProcessSpec]:
+        """Take workers out of the membership file (the router stops routing to them
+        within a health round) and stop restarting them; they keep running until
+        :meth:`stop_retired`. Unknown names are ignored."""
+        retired = [self._children.pop(n) for n in names if n in self._children and n != "frontend"]
+        for child in retired:
+            self._retiring[child.spec.name] = child
+        if retired:
+            self._write_members()
+            self._save()
+        return [c.spec for c in retired]
+
+    def stop_retired(self, names: Sequence[str]) -> None:
+        """SIGTERM retired workers (they drain what is left), SIGKILL after the grace."""
+        stopping = [self._retiring.pop(n) for n in names if n in self._retiring]
+        if stopping:
+            self._stop_children(stopping)
+            self._save()
+
     def scale(self, role: PoolRole, replicas: int) -> None:
         """Grow or shrink a pool to ``replicas`` workers (blocking until done)."""
         pool = self.plan.pools[role]
         replicas = max(pool.min_replicas, min(pool.max_replicas, replicas))
         current = sorted(
             (c for c in self._children.values() if c.spec.component == role.value),
-            key=lambda c: int(c.spec.name.rsplit("-", 1)[1]),
+            key=lambda c: _index(c.spec),
         )
         if replicas > len(current):
             ports = allocate_ports(replicas - len(current))
@@ -273,10 +304,18 @@ class Supervisor:
                 supervisor_pid=supervisor,
                 supervisor_start_ticks=ticks,
                 frontend=frontend.state() if frontend else None,
-                workers=[c.state() for n, c in sorted(self._children.items()) if n != "frontend"],
+                workers=[
+                    c.state(retiring=n in self._retiring)
+                    for n, c in sorted({**self._children, **self._retiring}.items())
+                    if n != "frontend"
+                ],
                 message=self._message,
             ),
         )
+
+
+def _index(spec: ProcessSpec) -> int:
+    return int(spec.name.rsplit("-", 1)[1])
 
 
 def frontend_ready(endpoint: str, timeout_s: float = 1.0) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import logging
 import os
@@ -18,13 +19,17 @@ import socket
 import sys
 import uuid
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import cast
 
+from tandem.engines.base import AsyncEngine, Engine, EngineError
 from tandem.engines.registry import make_engine
-from tandem.kv import backend_names, make_transport, nixl_available
+from tandem.kv import KvTransport, backend_names, make_transport, nixl_available
 from tandem.worker.admission import AdmissionLimits
 from tandem.worker.config import WorkerConfig
 from tandem.worker.contract import ContractError, ContractSettings, read_contract
+from tandem.worker.engine_kv import EngineManagedKv
 from tandem.worker.engine_runner import EngineRunner
 from tandem.worker.grpc_server import add_service, create_server
 from tandem.worker.http_server import create_http_server
@@ -46,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--advertise-host", default="", help="address peers use ($POD_IP, --host)")
     p.add_argument("--http-port", type=int, help="serve /healthz /readyz /metrics /drain")
     p.add_argument("--incarnation", default="", help="default: random per process start")
-    p.add_argument("--engine", help="engine kind (default: reference)")
+    p.add_argument("--engine", help="engine kind: reference (default) or trtllm")
     p.add_argument("--engine-options", type=json.loads, help="JSON object")
     p.add_argument("--kv-backend", choices=backend_names(), help="default: nixl if installed")
     p.add_argument("--kv-port", type=int, default=0, help="TCP KV backend port (0: any)")
@@ -109,8 +114,30 @@ def load_contract(path: Path | None) -> ContractSettings:
         raise SystemExit(f"cannot use worker config {path}: {exc}") from exc
 
 
-async def run_worker(config: WorkerConfig, http_port: int | None = None) -> int:
-    runner = await EngineRunner.start(lambda: make_engine(config.engine, config.engine_options))
+def is_async_engine(engine: object) -> bool:
+    """An ``AsyncEngine`` (its own scheduler, KV and streams) rather than an ``Engine``."""
+    return inspect.iscoroutinefunction(getattr(engine, "prefill", None)) and hasattr(
+        engine, "generate"
+    )
+
+
+async def open_engine(kind: str, options: Mapping[str, object]) -> EngineRunner | AsyncEngine:
+    """Build the engine on its own thread; a synchronous one keeps that thread
+    (``EngineRunner``), an asynchronous one runs on the event loop (the worker service
+    starts it, i.e. loads the model)."""
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+    engine: object = await asyncio.wrap_future(executor.submit(make_engine, kind, options))
+    if is_async_engine(engine):
+        executor.shutdown(wait=False)
+        return cast(AsyncEngine, engine)
+    return EngineRunner(executor, cast(Engine, engine))
+
+
+def open_transport(config: WorkerConfig, engine: EngineRunner | AsyncEngine) -> KvTransport:
+    if not isinstance(engine, EngineRunner):
+        # The engine moves KV itself (TensorRT-LLM's cache transceiver, over NIXL or UCX
+        # as its options say); kvTransfer.backend only configures that.
+        return EngineManagedKv(config.worker_id, config.incarnation)
     kv_options: dict[str, str | int | float | None] = {}
     if config.kv_backend == "tcp":
         kv_options = {
@@ -118,14 +145,19 @@ async def run_worker(config: WorkerConfig, http_port: int | None = None) -> int:
             "port": config.kv_port,
             "advertise_host": config.public_host,
         }
-    transport = make_transport(
+    return make_transport(
         config.kv_backend,
         worker_id=config.worker_id,
         incarnation=config.incarnation,
         **kv_options,
     )
+
+
+async def run_worker(config: WorkerConfig, http_port: int | None = None) -> int:
+    engine = await open_engine(config.engine, config.engine_options)
+    transport = open_transport(config, engine)
     server, port = create_server(config.host, config.port)
-    service = WorkerService(config, runner, transport, grpc_address=f"{config.public_host}:{port}")
+    service = WorkerService(config, engine, transport, grpc_address=f"{config.public_host}:{port}")
     add_service(server, service)
     http = None if http_port is None else create_http_server(service, config.host, http_port)
     stop = asyncio.Event()
@@ -143,7 +175,7 @@ async def run_worker(config: WorkerConfig, http_port: int | None = None) -> int:
                 config.worker_id,
                 config.incarnation,
                 config.role,
-                config.kv_backend,
+                transport.backend,
                 service.grpc_address,
             )
             print(f"READY {port}", flush=True)
@@ -155,7 +187,8 @@ async def run_worker(config: WorkerConfig, http_port: int | None = None) -> int:
                 http.should_exit = True
             await server.stop(grace=1.0)
             await service.stop()
-            runner.shutdown()
+            if isinstance(engine, EngineRunner):
+                engine.shutdown()
     return 0
 
 
@@ -171,4 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Read by UCX when the NIXL agent is created, below.
         os.environ["UCX_TLS"] = ",".join(contract.ucx_transports)
     config = resolve_config(args, contract, os.environ)
-    return asyncio.run(run_worker(config, args.http_port))
+    try:
+        return asyncio.run(run_worker(config, args.http_port))
+    except EngineError as exc:  # e.g. TensorRT-LLM missing or refusing its options
+        raise SystemExit(f"worker {config.worker_id} cannot start its engine: {exc}") from exc

@@ -2,9 +2,12 @@
 
 Prefill side: ``prefill`` runs the prompt, keeps its KV under a lease and returns where
 it lives; ``release`` (called by the decode worker once it pulled the KV) or lease expiry
-frees it. Decode side: ``decode`` either prefills locally or pulls a remote sequence's
-KV (``handoff.pull``), then streams tokens from the shared batch loop. Every engine call
-runs on the engine thread (``EngineRunner``); a stream that goes away frees its KV.
+frees it. Decode side: ``decode`` either prefills locally or continues a sequence
+prefilled elsewhere, then streams tokens. How an engine runs a request is the engine
+driver's business (``engine_driver``): a synchronous engine on its engine thread with
+Tandem's batch loop and KV transport, or an asynchronous engine (TensorRT-LLM) that
+schedules and moves KV itself. The policy here — admission, leases, drain, metrics — is
+the same for both. A stream that goes away frees its sequence.
 """
 
 from __future__ import annotations
@@ -14,22 +17,16 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
-from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from tandem.engines.base import (
-    EngineError,
-    EngineInfo,
-    FinishReason,
-    KvCapacityError,
-    PrefillResult,
-    SamplingParams,
-)
+from tandem.engines.base import AsyncEngine, EngineInfo, FinishReason, SamplingParams
 from tandem.kv import KvTransport, LeaseTable
 from tandem.worker.admission import Load, check_admission
+from tandem.worker.async_driver import AsyncEngineDriver
 from tandem.worker.client import WorkerClient
 from tandem.worker.config import WorkerConfig
+from tandem.worker.engine_driver import EngineDriver, SyncEngineDriver
 from tandem.worker.engine_runner import EngineRunner
 from tandem.worker.errors import (
     InvalidRequest,
@@ -39,10 +36,7 @@ from tandem.worker.errors import (
     WorkerError,
     WrongRole,
 )
-from tandem.worker.handoff import Handoff, PulledKv
 from tandem.worker.metrics import WorkerMetrics
-from tandem.worker.peer_directory import PeerDirectory
-from tandem.worker.scheduler import DecodeBatcher, StepItem
 from tandem.worker.types import (
     AgentInfo,
     DecodeChunk,
@@ -55,32 +49,33 @@ from tandem.worker.types import (
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 
 class WorkerService:
     def __init__(
         self,
         config: WorkerConfig,
-        runner: EngineRunner,
+        engine: EngineRunner | AsyncEngine,
         transport: KvTransport,
         *,
         grpc_address: str,
         clock: Callable[[], float] = time.time,
         registry: CollectorRegistry | None = None,
     ) -> None:
+        """``engine`` is a synchronous engine on its ``EngineRunner``, or an
+        ``AsyncEngine`` (with ``worker.engine_kv.EngineManagedKv`` as ``transport``)."""
         self.config = config
         self.grpc_address = grpc_address
-        self._runner = runner
-        self._engine = runner.engine
         self._transport = transport
         self._leases = LeaseTable(config.lease_s, clock)
-        self._batcher = DecodeBatcher(runner)
         self._clients: dict[str, WorkerClient] = {}
-        peers = PeerDirectory(transport, self.client_for, config.rpc_timeout_s)
-        self._handoff = Handoff(
-            config, runner, transport, peers, self._leases, self.client_for, clock
-        )
+        self._driver: EngineDriver
+        if isinstance(engine, EngineRunner):
+            self._driver = SyncEngineDriver(
+                config, engine, transport, self._leases, self.client_for, clock
+            )
+        else:
+            self._driver = AsyncEngineDriver(config, engine, self._leases, self.client_for)
+        self._engine = self._driver.engine
         self._status = HealthStatus.NOT_SERVING
         self._queued_requests = 0
         self._queued_tokens = 0
@@ -93,8 +88,7 @@ class WorkerService:
     # -- lifecycle ------------------------------------------------------------------
 
     async def start(self) -> None:
-        await self._transport.register(self._engine.kv_regions())
-        self._batcher.start()
+        await self._driver.start()
         self._lease_task = asyncio.create_task(self._expire_leases(), name="lease-expiry")
         self._status = HealthStatus.SERVING
 
@@ -103,8 +97,7 @@ class WorkerService:
         if self._lease_task is not None:
             self._lease_task.cancel()
             await asyncio.gather(self._lease_task, return_exceptions=True)
-        await self._batcher.stop()
-        await self._handoff.stop()
+        await self._driver.stop()
         for client in self._clients.values():
             await client.close()
         await self._transport.close()
@@ -127,13 +120,11 @@ class WorkerService:
             _check_request(request_id, prompt, sampling)
             with self._tracked(), self._queued(len(prompt), decoding=False):
                 started = time.perf_counter()
-                result = await self._engine_call(
-                    self._engine.prefill, request_id, prompt, sampling, release=request_id
-                )
+                result = await self._driver.prefill(request_id, prompt, sampling)
                 seconds = time.perf_counter() - started
         self.metrics.prefill_seconds.observe(seconds)
         if result.finish_reason is not None:
-            self._runner.call_soon(self._engine.release, request_id)
+            self._driver.release_soon(request_id)
             return PrefillReply(result.first_token, None, result.finish_reason, seconds)
         lease = self._leases.hold(request_id, result.kv.nbytes)
         kv = RemoteKvHandle(
@@ -154,7 +145,7 @@ class WorkerService:
         if not self._leases.release(request_id):
             return False
         self._settled.set()
-        await self._runner.call(self._engine.release, request_id)
+        await self._driver.release(request_id)
         return True
 
     async def _expire_leases(self) -> None:
@@ -167,7 +158,7 @@ class WorkerService:
                     lease.request_id,
                     lease.nbytes,
                 )
-                self._runner.call_soon(self._engine.release, lease.request_id)
+                self._driver.release_soon(lease.request_id)
                 self._settled.set()
 
     # -- decode side ----------------------------------------------------------------
@@ -188,62 +179,37 @@ class WorkerService:
                 raise InvalidRequest("a decode with remote_kv needs first_token_id")
             with self._queued(len(prompt) if remote is None else 0, decoding=True):
                 if remote is None or first_token is None:
-                    head = await self._prefill_locally(request_id, prompt, sampling)
+                    stream = self._driver.open_local(request_id, prompt, sampling)
                 else:
-                    head = await self._pull(request_id, prompt, sampling, remote, first_token)
-            # From here on this stream owns the engine sequence and must free it.
+                    finish = _first_token_finish(
+                        first_token, len(prompt), sampling, self._driver.info
+                    )
+                    stream = self._driver.open_remote(
+                        request_id, prompt, sampling, remote, first_token, finish
+                    )
+                head = await self._head(stream)
+            # From here on this stream owns the engine sequence; closing it frees it.
             try:
-                queue = None if head.finish_reason else self._batcher.add(request_id, sampling)
                 yield head
-                while queue is not None:
-                    chunk = await _next_chunk(queue)
+                async for chunk in stream:
                     yield chunk
-                    if chunk.finish_reason is not None:
-                        queue = None
             finally:
-                self._batcher.remove(request_id)
-                self._runner.call_soon(self._engine.release, request_id)
+                await stream.aclose()
 
-    async def _prefill_locally(
-        self, request_id: str, prompt: Sequence[int], sampling: SamplingParams
-    ) -> DecodeChunk:
-        result: PrefillResult = await self._engine_call(
-            self._engine.prefill, request_id, prompt, sampling, release=request_id
-        )
-        return DecodeChunk(
-            token_ids=(result.first_token,),
-            finish_reason=result.finish_reason,
-            prompt_tokens=result.num_prompt_tokens,
-            prefilled_locally=True,
-        )
-
-    async def _pull(
-        self,
-        request_id: str,
-        prompt: Sequence[int],
-        sampling: SamplingParams,
-        remote: RemoteKvHandle,
-        first_token: int,
-    ) -> DecodeChunk:
+    async def _head(self, stream: AsyncGenerator[DecodeChunk, None]) -> DecodeChunk:
+        """The stream's first chunk, counted as a KV transfer when it moved KV."""
         backend = self._transport.backend
         try:
-            pulled: PulledKv = await self._handoff.pull(request_id, prompt, remote, first_token)
+            head = await anext(stream)
         except KvHandoffFailed:
             self.metrics.kv_transfer_failures.labels(backend).inc()
             raise
-        if pulled.nbytes:
-            self.metrics.kv_transfer_bytes.labels(backend).inc(pulled.nbytes)
-            self.metrics.kv_transfer_seconds.labels(backend).observe(pulled.seconds)
-        return DecodeChunk(
-            token_ids=(first_token,),
-            finish_reason=_first_token_finish(
-                first_token, len(prompt), sampling, self._engine.info
-            ),
-            prompt_tokens=len(prompt),
-            prefilled_locally=False,
-            kv_bytes_transferred=pulled.nbytes,
-            kv_transfer_seconds=pulled.seconds,
-        )
+        except StopAsyncIteration:
+            raise WorkerError("the engine ended the stream before its first token") from None
+        if head.kv_bytes_transferred:
+            self.metrics.kv_transfer_bytes.labels(backend).inc(head.kv_bytes_transferred)
+            self.metrics.kv_transfer_seconds.labels(backend).observe(head.kv_transfer_seconds)
+        return head
 
     # -- both -----------------------------------------------------------------------
 
@@ -253,11 +219,11 @@ class WorkerService:
         )
 
     def stats(self) -> WorkerStats:
-        engine = self._runner.stats
+        engine = self._driver.stats()
         return WorkerStats(
             queued_requests=self._queued_requests + engine.queued_requests,
             queued_prefill_tokens=self._queued_tokens,
-            active_sequences=len(self._batcher),
+            active_sequences=self._driver.active_sequences(),
             kv_blocks_total=engine.kv_blocks_total,
             kv_blocks_free=engine.kv_blocks_free,
             kv_block_size=engine.kv_block_size,
@@ -328,7 +294,7 @@ class WorkerService:
 
     @contextlib.contextmanager
     def _queued(self, prompt_tokens: int, *, decoding: bool) -> Iterator[None]:
-        load = Load(self._queued_requests, self._queued_tokens, len(self._batcher))
+        load = Load(self._queued_requests, self._queued_tokens, self._driver.active_sequences())
         refusal = check_admission(self.config.limits, load, prompt_tokens, decoding=decoding)
         if refusal is not None:
             raise WorkerBusy(f"worker {self.config.worker_id} is busy: {refusal}")
@@ -339,32 +305,6 @@ class WorkerService:
         finally:
             self._queued_requests -= 1
             self._queued_tokens -= prompt_tokens
-
-    async def _engine_call(self, fn: Callable[..., T], *args: Any, release: str | None = None) -> T:
-        """An engine call with engine errors turned into worker errors; if the caller
-        goes away mid-call, the sequence ``release`` names is freed once it completes."""
-        on_abandon = None if release is None else (lambda _: self._engine.release(release))
-        try:
-            return await self._runner.call(fn, *args, on_abandon=on_abandon)
-        except KvCapacityError as exc:
-            raise WorkerBusy(str(exc)) from exc
-        except EngineError as exc:
-            raise InvalidRequest(str(exc)) from exc
-
-
-async def _next_chunk(queue: asyncio.Queue[StepItem]) -> DecodeChunk:
-    """Every token already waiting, as one chunk (a slow reader gets fewer, larger ones)."""
-    items = [await queue.get()]
-    while not queue.empty():
-        items.append(queue.get_nowait())
-    tokens: list[int] = []
-    for item in items:
-        if isinstance(item, WorkerError):
-            raise item
-        tokens.append(item.token)
-        if item.finish_reason is not None:
-            return DecodeChunk(tuple(tokens), item.finish_reason)
-    return DecodeChunk(tuple(tokens))
 
 
 def _check_request(request_id: str, prompt: Sequence[int], sampling: SamplingParams) -> None:

@@ -116,7 +116,9 @@ def test_rbac_is_least_privilege() -> None:
     assert all("*" not in rule["resources"] for rule in rules)
     # The operator never changes what users own: clusters are only read.
     assert verbs[("tandem.dev", "inferenceclusters")] == {"list", "watch"}
-    assert verbs[("", "pods")] == {"list", "watch"}
+    # Pods are patched only for the autoscaler's pod-deletion-cost annotation.
+    assert verbs[("", "pods")] == {"list", "watch", "patch"}
+    assert verbs[("tandem.dev", "workerpools/scale")] == {"patch"}
     assert not any("secrets" in resource for _, resource in verbs)
     # Leases: only in its own namespace (a Role), only its own Lease beyond create.
     role = docs["Role"]

@@ -1,0 +1,170 @@
+"""Where the autoscaler reads a cluster's load: the router metrics of its frontends.
+
+**In a cluster** the operator scrapes every ready frontend pod directly
+(``http://<podIP>:<spec.frontend.port>/metrics`` and ``/readyz``), found in the Pod cache
+it already keeps, concurrently and each request with a timeout. Pods, not the Service:
+the Service would answer from one frontend at a time, and each frontend only knows its
+own requests. Readings are merged by :func:`tandem.autoscale.exposition.combine_readings`.
+NetworkPolicies must let the operator's pod reach the frontends' HTTP port.
+
+**Out of cluster** (development, and the e2e suite, whose simulated pods run no
+containers and have no reachable IPs) the operator can be pointed at a frontend it can
+reach: ``tandem operator run --frontend-metrics-url NAMESPACE/NAME=URL`` (or ``*=URL``
+for every cluster), e.g. a port-forward or a local ``tandem up``. This override is an
+operator flag on purpose: a field or annotation on the InferenceCluster would let anyone
+who can edit a cluster make the operator fetch arbitrary URLs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aiohttp
+
+from tandem.api.v1alpha1 import InferenceCluster
+from tandem.autoscale import WorkerLoad
+from tandem.autoscale.exposition import (
+    RouterReading,
+    combine_readings,
+    combine_worker_loads,
+    parse_router_reading,
+    parse_worker_loads,
+)
+from tandem_operator.observe import observe_pod
+
+logger = logging.getLogger(__name__)
+
+Manifest = dict[str, Any]
+
+SCRAPE_TIMEOUT_SECONDS = 2.0
+WILDCARD = "*"
+
+
+class ScrapeError(Exception):
+    """No frontend of the cluster could be read: the autoscaler must not act blindly."""
+
+
+@dataclass(frozen=True, slots=True)
+class FrontendScrape:
+    """One round's view of a cluster: load per pool, and per worker (by address)."""
+
+    reading: RouterReading
+    worker_loads: Mapping[str, WorkerLoad] = field(default_factory=dict)
+    frontends: int = 0
+
+
+def parse_url_overrides(values: Iterable[str]) -> dict[str, str]:
+    """``NAMESPACE/NAME=URL`` or ``*=URL`` flags -> {key: base URL}; URL is the
+    frontend's base (``http://127.0.0.1:8000``) or its ``/metrics``."""
+    out: dict[str, str] = {}
+    for value in values:
+        key, sep, url = value.partition("=")
+        if not sep or not url.startswith(("http://", "https://")):
+            raise ValueError(f"expected NAMESPACE/NAME=http://HOST:PORT or *=URL, got {value!r}")
+        if key != WILDCARD and (key.count("/") != 1 or not all(key.split("/"))):
+            raise ValueError(f"expected NAMESPACE/NAME or * before '=', got {key!r}")
+        out[key] = url.rstrip("/").removesuffix("/metrics")
+    return out
+
+
+def compute_frontend_targets(
+    cr: InferenceCluster, frontend_pods: Sequence[Manifest], overrides: Mapping[str, str]
+) -> list[str]:
+    """Base URLs to scrape for ``cr`` (pure): an override, else its ready frontend pods."""
+    namespace = cr.metadata.namespace or "default"
+    override = overrides.get(f"{namespace}/{cr.metadata.name}") or overrides.get(WILDCARD)
+    if override:
+        return [override]
+    port = cr.spec.frontend.port
+    targets = []
+    for pod in frontend_pods:
+        ip = (pod.get("status") or {}).get("podIP")
+        if ip and observe_pod(pod).ready:
+            host = f"[{ip}]" if ":" in ip else ip
+            targets.append(f"http://{host}:{port}")
+    return sorted(targets)
+
+
+class FrontendSource(Protocol):
+    """What the autoscaler reads load from (:class:`MetricsSource` over HTTP)."""
+
+    async def scrape(
+        self, cr: InferenceCluster, frontend_pods: Sequence[Manifest], *, at: float
+    ) -> FrontendScrape:
+        """The cluster's load now; raises :class:`ScrapeError` when nothing answered."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class MetricsSource:
+    """Scrapes frontends over HTTP (aiohttp); one session for every cluster."""
+
+    def __init__(
+        self,
+        overrides: Mapping[str, str] | None = None,
+        *,
+        timeout_seconds: float = SCRAPE_TIMEOUT_SECONDS,
+    ) -> None:
+        self._overrides = dict(overrides or {})
+        self._timeout = aiohttp.ClientTimeout(total=timeout_seconds)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def scrape(
+        self, cr: InferenceCluster, frontend_pods: Sequence[Manifest], *, at: float
+    ) -> FrontendScrape:
+        targets = compute_frontend_targets(cr, frontend_pods, self._overrides)
+        if not targets:
+            raise ScrapeError("no ready frontend to read metrics from")
+        results = await asyncio.gather(
+            *(self._scrape_one(base, at) for base in targets), return_exceptions=True
+        )
+        readings, views, failures = [], [], []
+        for base, result in zip(targets, results, strict=True):
+            if isinstance(result, asyncio.CancelledError):
+                raise result
+            if isinstance(result, aiohttp.ClientError | TimeoutError | ValueError):
+                failures.append(f"{base}: {result!r}")
+                continue
+            if isinstance(result, BaseException):
+                raise result  # a bug: let the loop's caller see it
+            readings.append(result[0])
+            views.append(result[1])
+        if not readings:
+            raise ScrapeError("; ".join(failures))
+        if failures:  # partial view: act on the frontends that answered
+            logger.warning("some frontends could not be read: %s", "; ".join(failures))
+        return FrontendScrape(
+            reading=combine_readings(readings, at=at),
+            worker_loads=combine_worker_loads(views),
+            frontends=len(readings),
+        )
+
+    async def _scrape_one(
+        self, base: str, at: float
+    ) -> tuple[RouterReading, dict[str, WorkerLoad]]:
+        session = self._session
+        if session is None:
+            session = self._session = aiohttp.ClientSession(timeout=self._timeout)
+        async with session.get(f"{base}/metrics") as response:
+            if response.status != 200:
+                raise ValueError(f"/metrics answered {response.status}")
+            text = await response.text()
+        async with session.get(f"{base}/readyz") as response:
+            body = await response.read()  # 503 (not ready) still lists the workers
+        try:
+            views = parse_worker_loads(json.loads(body))
+        except ValueError as exc:
+            logger.debug("%s/readyz unreadable (%s): no per-worker loads", base, exc)
+            views = {}
+        return parse_router_reading(text, at=at), views

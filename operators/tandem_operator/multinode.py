@@ -1,0 +1,111 @@
+"""Pod templates of workers that span nodes (``nodesPerWorker > 1``): a LeaderWorkerSet group
+per worker, launched as one MPI world (pure).
+
+TensorRT-LLM 1.2.1 runs a TP/EP group across nodes as one MPI world started with
+``mpirun -H host:slots,... trtllm-llmapi-launch <command>`` (its multi-node docs and
+``tensorrt_llm/llmapi/trtllm-llmapi-launch``): rank 0 runs the command, which drives the
+other ranks. So in each group:
+
+* the **leader** pod runs ``python -m tandem.worker.mpi_launch leader`` — it waits for the
+  followers' DNS names and execs mpirun with one slot per GPU per node, the worker
+  command behind ``trtllm-llmapi-launch``; it is the pod the router talks to (gRPC,
+  probes, drain as any worker);
+* each **follower** pod runs ``python -m tandem.worker.mpi_launch follower`` — an SSH
+  daemon mpirun starts its ranks through; ready when SSH listens.
+
+mpirun authenticates with a key pair the cluster owner creates once per InferenceCluster
+(Secret ``<cluster>-mpi-ssh`` with ``id_ed25519`` and ``id_ed25519.pub``; the operator has
+no access to Secrets by design). Followers find each other through the LeaderWorkerSet's
+per-group headless Service (``UniquePerReplica`` subdomains), which publishes pods before
+they are ready; the pool's own Service keeps routing to ready leaders only.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from tandem.api.v1alpha1 import EngineKind, InferenceCluster, PoolRole
+from tandem_operator.contract import pool_spec, worker_command
+from tandem_operator.profiles import get_profile, gpus_per_worker
+
+Manifest = dict[str, Any]
+
+SSH_PORT = 2222
+SSH_KEYS_MOUNT = "/etc/tandem/ssh"
+SSH_VOLUME = "mpi-ssh"
+LAUNCH_MODULE = "tandem.worker.mpi_launch"
+SUBDOMAIN_POLICY = "UniquePerReplica"
+
+
+def mpi_ssh_secret_name(cluster: str) -> str:
+    return f"{cluster}-mpi-ssh"
+
+
+def launches_mpi_world(cr: InferenceCluster, role: PoolRole) -> bool:
+    """Multi-node TensorRT-LLM workers need the MPI launcher (the reference engine never
+    spans nodes: its groups run plain workers)."""
+    return cr.spec.engine.kind is EngineKind.TRTLLM and pool_spec(cr, role).nodes_per_worker > 1
+
+
+def render_group_templates(
+    cr: InferenceCluster, role: PoolRole, template: Manifest
+) -> tuple[Manifest, Manifest]:
+    """(leader, follower) pod templates derived from the pool's worker ``template``."""
+    pool = pool_spec(cr, role)
+    gpus = gpus_per_worker(get_profile(cr.spec.accelerator.profile), pool)
+    secret = mpi_ssh_secret_name(cr.metadata.name)
+
+    leader = copy.deepcopy(template)
+    container = leader["spec"]["containers"][0]
+    container["command"] = [
+        "python",
+        "-m",
+        LAUNCH_MODULE,
+        "leader",
+        "--gpus-per-node",
+        str(max(gpus, 1)),
+        "--ssh-port",
+        str(SSH_PORT),
+        "--keys",
+        SSH_KEYS_MOUNT,
+        "--",
+        *worker_command(role),
+    ]
+    _mount_keys(leader, secret)
+
+    follower = copy.deepcopy(template)
+    container = follower["spec"]["containers"][0]
+    container["command"] = [
+        "python",
+        "-m",
+        LAUNCH_MODULE,
+        "follower",
+        "--ssh-port",
+        str(SSH_PORT),
+        "--keys",
+        SSH_KEYS_MOUNT,
+    ]
+    container["ports"] = [{"name": "ssh", "containerPort": SSH_PORT, "protocol": "TCP"}]
+    for probe in ("startupProbe", "livenessProbe", "lifecycle"):
+        container.pop(probe, None)
+    container["readinessProbe"] = {
+        "tcpSocket": {"port": "ssh"},
+        "periodSeconds": 10,
+        "failureThreshold": 3,
+    }
+    _mount_keys(follower, secret)
+    return leader, follower
+
+
+def _mount_keys(template: Manifest, secret: str) -> None:
+    spec = template["spec"]
+    spec["volumes"] = [
+        *spec.get("volumes", []),
+        {"name": SSH_VOLUME, "secret": {"secretName": secret, "defaultMode": 0o400}},
+    ]
+    container = spec["containers"][0]
+    container["volumeMounts"] = [
+        *container.get("volumeMounts", []),
+        {"name": SSH_VOLUME, "mountPath": SSH_KEYS_MOUNT, "readOnly": True},
+    ]

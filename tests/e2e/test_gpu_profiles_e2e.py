@@ -1,0 +1,388 @@
+"""The GPU examples on the simulated cluster: placement, NVLink domains, DRA, capacity.
+
+Same setup as the operator e2e (the chart installed, the operator out of cluster with
+the chart's ServiceAccount token, so RBAC is checked), under its own release. The test
+cluster has no NVIDIA DRA driver, so this module plays it, as faithfully as the API
+allows and no further:
+
+* the ComputeDomain CRD: ``nvidia_dra/computedomain-crd.yaml``, our copy of the real
+  group/version/kind and of the fields Tandem uses (source cited in the file);
+* the driver's DeviceClass ``compute-domain-default-channel.nvidia.com`` (its CEL
+  selector as the driver's chart installs it) and one ResourceSlice per GB200 tray
+  publishing the tray's IMEX ``channel-0`` — so the scheduler allocates a channel per
+  tray and a second claim on one tray fails, as with the real driver;
+* the driver controller's one job Tandem relies on: when a ComputeDomain appears, create
+  the ResourceClaimTemplate it names (requesting one channel device).
+
+Examples are applied with ``autoscaling.enabled: false``: the builtin autoscaler would
+poll the frontend pods' addresses, which in a kwok cluster are not 127.0.0.1. The batch
+sizes the capacity check uses do not change (they come from the autoscaling targets).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+import yaml
+
+from tandem.devcluster import DevCluster
+from tandem.devcluster.probes import wait_until
+from tandem_operator.harness import (
+    OperatorProcess,
+    render_model_claim,
+    write_token_kubeconfig,
+)
+
+pytestmark = pytest.mark.k8s
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "tandem"
+EXAMPLES = REPO / "manifests" / "examples"
+COMPUTE_DOMAIN_CRD = Path(__file__).parent / "nvidia_dra" / "computedomain-crd.yaml"
+HELM = Path(sys.executable).parent / "helm"
+RELEASE = "gpu-e2e"
+SYSTEM_NS = "gpu-e2e-system"
+SERVICE_ACCOUNT = f"{RELEASE}-tandem"
+WAIT_S = 90.0
+CLIQUE = "nvidia.com/gpu.clique"
+CHANNEL_CLASS = "compute-domain-default-channel.nvidia.com"
+CD_DRIVER = "compute-domain.nvidia.com"
+Json = dict[str, Any]
+
+
+@dataclass
+class Env:
+    cluster: DevCluster
+    operator: OperatorProcess
+
+
+def get_json(cluster: DevCluster, *args: str) -> Json:
+    out: Json = json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+    return out
+
+
+def items(cluster: DevCluster, *args: str) -> list[Json]:
+    found: list[Json] = get_json(cluster, *args)["items"]
+    return found
+
+
+def condition(obj: Json, kind: str) -> Json:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond["type"] == kind:
+            return dict(cond)
+    return {}
+
+
+def eventually(check: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
+    wait_until(check, timeout_s=timeout_s, what=what)
+
+
+def apply_json(cluster: DevCluster, *objects: Json) -> None:
+    if not objects:
+        return
+    doc = {"apiVersion": "v1", "kind": "List", "items": list(objects)}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(doc))
+
+
+def install_dra_stand_in(cluster: DevCluster) -> None:
+    """The DRA driver's CRD, DeviceClass and per-tray channel devices (module docstring)."""
+    cluster.kubectl("apply", "-f", str(COMPUTE_DOMAIN_CRD))
+    cluster.wait_crd_established("computedomains.resource.nvidia.com", timeout_s=60)
+    selector = (
+        f"device.driver == '{CD_DRIVER}' && device.attributes['{CD_DRIVER}'].type == 'channel'"
+        f" && device.attributes['{CD_DRIVER}'].id == 0"
+    )
+    objects: list[Json] = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": CHANNEL_CLASS},
+            "spec": {"selectors": [{"cel": {"expression": selector}}]},
+        }
+    ]
+    for node in items(cluster, "nodes", "-l", CLIQUE):
+        name = node["metadata"]["name"]
+        channel = {"type": {"string": "channel"}, "id": {"int": 0}}
+        objects.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{name}-{CD_DRIVER}"},
+                "spec": {
+                    "driver": CD_DRIVER,
+                    "nodeName": name,
+                    "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": "channel-0", "attributes": channel}],
+                },
+            }
+        )
+    apply_json(cluster, *objects)
+
+
+def play_compute_domain_controller(cluster: DevCluster, namespace: str) -> Json:
+    """Wait for the cluster's ComputeDomain and create the ResourceClaimTemplate it names."""
+    eventually(lambda: bool(items(cluster, "computedomains", "-n", namespace)), "a ComputeDomain")
+    (domain,) = items(cluster, "computedomains", "-n", namespace)
+    name = domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
+    request = {"name": "channel", "exactly": {"deviceClassName": CHANNEL_CLASS}}
+    apply_json(
+        cluster,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"spec": {"devices": {"requests": [request]}}},
+        },
+    )
+    return domain
+
+
+def apply_example(cluster: DevCluster, example: str, namespace: str, **spec: Any) -> str:
+    doc = yaml.safe_load((EXAMPLES / example).read_text())
+    doc["metadata"]["namespace"] = namespace
+    doc["spec"]["autoscaling"] = {**doc["spec"].get("autoscaling", {}), "enabled": False}
+    for key, value in spec.items():
+        doc["spec"][key] = {**doc["spec"].get(key, {}), **value}
+    apply_json(cluster, *render_model_claim(namespace, doc))
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(doc))
+    name: str = doc["metadata"]["name"]
+    return name
+
+
+def patch_ic(cluster: DevCluster, namespace: str, name: str, spec: Json) -> None:
+    cluster.kubectl(
+        "patch", "ic", name, "-n", namespace, "--type=merge", "-p", json.dumps({"spec": spec})
+    )
+
+
+def ic(cluster: DevCluster, namespace: str, name: str) -> Json:
+    return get_json(cluster, "ic", name, "-n", namespace)
+
+
+def is_ready(cluster: DevCluster, namespace: str, name: str) -> bool:
+    obj = ic(cluster, namespace, name)
+    return (
+        condition(obj, "Ready").get("status") == "True"
+        and (obj.get("status") or {}).get("observedGeneration") == obj["metadata"]["generation"]
+    )
+
+
+def wait_ready(cluster: DevCluster, namespace: str, name: str) -> None:
+    eventually(lambda: is_ready(cluster, namespace, name), f"{namespace}/{name} Ready")
+
+
+def worker_pods(cluster: DevCluster, namespace: str, name: str) -> list[Json]:
+    selector = f"tandem.dev/cluster={name},tandem.dev/role in (prefill,decode)"
+    return [
+        p
+        for p in items(cluster, "pods", "-n", namespace, "-l", selector)
+        if not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def node_labels(cluster: DevCluster, pod: Json) -> dict[str, str]:
+    labels: dict[str, str] = get_json(cluster, "node", pod["spec"]["nodeName"])["metadata"][
+        "labels"
+    ]
+    return labels
+
+
+@pytest.fixture(scope="module")
+def env(k8s_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    logs = tmp_path_factory.mktemp("gpu-operator")
+    helm = [str(HELM), f"--kubeconfig={k8s_cluster.kubeconfig}"]
+    subprocess.run(
+        [*helm, "install", RELEASE, str(CHART), "-n", SYSTEM_NS, "--create-namespace"],
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
+    for crd in ("inferenceclusters.tandem.dev", "workerpools.tandem.dev"):
+        k8s_cluster.wait_crd_established(crd, timeout_s=60)
+    install_dra_stand_in(k8s_cluster)
+    token = k8s_cluster.kubectl(
+        "create", "token", SERVICE_ACCOUNT, "-n", SYSTEM_NS, "--duration=1h"
+    ).stdout.strip()
+    kubeconfig = write_token_kubeconfig(k8s_cluster.kubeconfig, token, logs / "sa.kubeconfig")
+    operator = OperatorProcess(
+        kubeconfig, log_path=logs / "operator.log", lease_namespace=SYSTEM_NS, identity="gpu"
+    ).start()
+    try:
+        operator.wait_ready()
+        eventually(lambda: operator.metric("tandem_operator_leader") == 1, "the operator to lead")
+        yield Env(k8s_cluster, operator)
+    finally:
+        operator.stop()
+        subprocess.run(
+            [*helm, "uninstall", RELEASE, "-n", SYSTEM_NS], capture_output=True, timeout=180
+        )
+        print(f"operator log: {logs / 'operator.log'}")
+
+
+@pytest.fixture
+def namespace(env: Env, request: pytest.FixtureRequest) -> Iterator[str]:
+    base = request.node.name.removeprefix("test_").replace("_", "-")[:30].strip("-[]")
+    name = f"{base}-{uuid.uuid4().hex[:6]}".replace("[", "-").replace("]", "")
+    env.cluster.kubectl("create", "namespace", name)
+    yield name
+    # Wait: the next test may need the GPUs this one's pods hold.
+    env.cluster.kubectl("delete", "namespace", name, "--wait=true", timeout_s=180)
+
+
+def assert_applied_objects_validate(cluster: DevCluster, namespace: str, name: str) -> None:
+    """What the API server holds passes Kubernetes 1.36's strict schemas."""
+    checked = 0
+    for kind in ("deployments", "services", "configmaps", "poddisruptionbudgets"):
+        for obj in items(cluster, kind, "-n", namespace, "-l", f"tandem.dev/cluster={name}"):
+            obj = {**obj, "apiVersion": obj.get("apiVersion", "v1")}
+            kubernetes_validate.validate(obj, "1.36", strict=True)
+            checked += 1
+    assert checked >= 9  # 3 Deployments, 3 Services, 1 ConfigMap, 2 PDBs
+
+
+# --------------------------------------------------------------------------- placement
+
+
+@pytest.mark.parametrize(
+    ("example", "product", "arch", "gpus_per_node"),
+    [
+        ("gpt-oss-120b-b200.yaml", "NVIDIA-B200", "amd64", "8"),
+        ("gpt-oss-20b-h100.yaml", "NVIDIA-H100-80GB-HBM3", "amd64", "8"),
+    ],
+)
+def test_example_lands_on_its_gpus_and_becomes_ready(
+    env: Env, namespace: str, example: str, product: str, arch: str, gpus_per_node: str
+) -> None:
+    cluster = env.cluster
+    name = apply_example(cluster, example, namespace)
+    wait_ready(cluster, namespace, name)
+    pods = worker_pods(cluster, namespace, name)
+    spec = ic(cluster, namespace, name)["spec"]
+    assert len(pods) == spec["prefill"]["replicas"] + spec["decode"]["replicas"]
+    for pod in pods:
+        labels = node_labels(cluster, pod)
+        assert labels["nvidia.com/gpu.product"] == product
+        assert (labels["kubernetes.io/arch"], labels["nvidia.com/gpu.count"]) == (
+            arch,
+            gpus_per_node,
+        )
+        container = pod["spec"]["containers"][0]
+        role = pod["metadata"]["labels"]["tandem.dev/role"]
+        gpus = str(spec[role].get("gpusPerWorker", spec[role].get("tensorParallelSize", 1)))
+        assert container["resources"]["limits"] == {"nvidia.com/gpu": gpus, "rdma/ib": gpus}
+        assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    status = ic(cluster, namespace, name)
+    assert condition(status, "NVLinkLocal") == {}  # only NVLink-domain profiles report it
+    assert_applied_objects_validate(cluster, namespace, name)
+
+
+def test_gb200_cluster_stays_in_one_nvlink_domain_and_reports_a_split(
+    env: Env, namespace: str
+) -> None:
+    cluster = env.cluster
+    name = apply_example(cluster, "gpt-oss-120b-gb200.yaml", namespace)
+    domain = play_compute_domain_controller(cluster, namespace)
+    assert domain["metadata"]["ownerReferences"][0]["kind"] == "InferenceCluster"
+    wait_ready(cluster, namespace, name)
+
+    pods = worker_pods(cluster, namespace, name)
+    assert len(pods) == 6  # prefill 4 x 1 GPU, decode 2 x 4 GPUs (one tray each)
+    cliques = {node_labels(cluster, p)[CLIQUE] for p in pods}
+    assert len(cliques) == 1, cliques
+    for pod in pods:
+        assert node_labels(cluster, pod)["kubernetes.io/arch"] == "arm64"
+    # Whole-tray decode workers hold an allocated IMEX channel of their own tray.
+    for pod in (p for p in pods if p["metadata"]["labels"]["tandem.dev/role"] == "decode"):
+        (claim_status,) = pod["status"]["resourceClaimStatuses"]
+        claim = get_json(
+            cluster, "resourceclaim", claim_status["resourceClaimName"], "-n", namespace
+        )
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert (result["pool"], result["device"]) == (pod["spec"]["nodeName"], "channel-0")
+    local = condition(ic(cluster, namespace, name), "NVLinkLocal")
+    assert (local["status"], local["reason"]) == ("True", "SameNVLinkDomain")
+    assert_applied_objects_validate(cluster, namespace, name)
+
+    # 2 more decode trays: 20 GPUs do not fit one simulated domain (4 trays x 4 GPUs).
+    patch_ic(cluster, namespace, name, {"decode": {"replicas": 4}})
+
+    def split() -> bool:
+        obj = ic(cluster, namespace, name)
+        return condition(obj, "NVLinkLocal").get("reason") == "SplitAcrossNVLinkDomains"
+
+    eventually(split, "NVLinkLocal=False (SplitAcrossNVLinkDomains)")
+    wait_ready(cluster, namespace, name)  # visible, never Ready-blocking
+    obj = ic(cluster, namespace, name)
+    assert condition(obj, "Degraded")["status"] == "False"
+    assert "over RDMA" in condition(obj, "NVLinkLocal")["message"]
+    assert (
+        len({node_labels(cluster, p)[CLIQUE] for p in worker_pods(cluster, namespace, name)}) == 2
+    )
+
+    # Without whole-tray workers nobody claims the channel: the ComputeDomain is pruned.
+    patch_ic(
+        cluster,
+        namespace,
+        name,
+        {"decode": {"replicas": 2, "tensorParallelSize": 1, "gpusPerWorker": 1}},
+    )
+    eventually(
+        lambda: not items(cluster, "computedomains", "-n", namespace), "the ComputeDomain pruned"
+    )
+    wait_ready(cluster, namespace, name)
+
+
+# --------------------------------------------------------------------------- capacity
+
+
+def test_a_gpu_too_small_is_rejected_with_the_numbers(env: Env, namespace: str) -> None:
+    cluster = env.cluster
+    # gpt-oss-120b at TP1 on 80 GB H100s with 64 sequences of 32k per decode worker.
+    too_big = {"name": "openai/gpt-oss-120b", "source": "pvc://models/gpt-oss-120b"}
+    name = apply_example(
+        cluster,
+        "gpt-oss-20b-h100.yaml",
+        namespace,
+        model=too_big,
+        autoscaling={"decode": {"targetActiveSequencesPerReplica": 64}},
+    )
+
+    def refused() -> bool:
+        return condition(ic(cluster, namespace, name), "Degraded").get("reason") == (
+            "InsufficientGPUMemory"
+        )
+
+    eventually(refused, "Degraded=InsufficientGPUMemory")
+    obj = ic(cluster, namespace, name)
+    message = condition(obj, "Degraded")["message"]
+    for needle in ("decode pool", "gpt-oss-120b at TP1 on NVIDIA H100", "does not fit", "GiB"):
+        assert needle in message, message
+    assert "TP2 would fit" in message
+    assert condition(obj, "Ready")["status"] == "False"
+    # Nothing of the refused generation exists: no pool, no workload, no pod.
+    for kind in ("workerpools", "deployments", "pods"):
+        assert not items(cluster, kind, "-n", namespace, "-l", f"tandem.dev/cluster={name}")
+
+    # Taking the advice rolls the cluster out.
+    patch_ic(cluster, namespace, name, {"decode": {"tensorParallelSize": 2, "gpusPerWorker": 2}})
+    wait_ready(cluster, namespace, name)
+    generation = ic(cluster, namespace, name)["metadata"]["generation"]
+
+    # An edit that does not fit leaves the running generation alone.
+    patch_ic(cluster, namespace, name, {"decode": {"tensorParallelSize": 1, "gpusPerWorker": 1}})
+    eventually(refused, "Degraded=InsufficientGPUMemory after the edit")
+    obj = ic(cluster, namespace, name)
+    assert obj["status"]["observedGeneration"] == generation
+    decode = get_json(cluster, "deploy", f"{name}-decode", "-n", namespace)
+    limits = decode["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "2"
+    assert decode["status"]["readyReplicas"] == 2

@@ -1,0 +1,307 @@
+"""The autoscaler's shell, one round at a time: what it writes, in which order, and
+what it leaves alone. The API server is a recorder here; tests/e2e runs the real one."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from tandem.api.v1alpha1 import InferenceCluster, InferenceClusterStatus, PoolRole
+from tandem.autoscale import LoadSample, WorkerLoad
+from tandem.autoscale.exposition import RouterReading
+from tandem_operator import names, reasons
+from tandem_operator.autoscaler import Autoscaler
+from tandem_operator.controller import Caches
+from tandem_operator.informer import Key, Store
+from tandem_operator.metrics_source import FrontendScrape, ScrapeError
+from tandem_operator.scaling import AUTOSCALER_FIELD_MANAGER, VICTIM_DELETION_COST
+from tandem_operator.status import StatusResult
+
+Json = dict[str, Any]
+WALL = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class RecordingClient:
+    """Stands in for KubeClient: records each write, answers like the API server."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, Json]] = []
+        self.version = 100
+        self.scaled = asyncio.Event()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Json | None = None,
+        content_type: str = "application/json",
+    ) -> Json:
+        assert ("fieldManager", AUTOSCALER_FIELD_MANAGER) in (query or [])
+        assert content_type == "application/merge-patch+json"
+        self.calls.append((method, path, body or {}))
+        if path.endswith("/scale"):
+            self.scaled.set()
+        self.version += 1
+        return {"metadata": {"resourceVersion": str(self.version)}, **(body or {})}
+
+    async def apply(
+        self,
+        obj: Json,
+        *,
+        field_manager: str = "",
+        force: bool = True,
+        subresource: str | None = None,
+    ) -> Json:
+        assert field_manager == AUTOSCALER_FIELD_MANAGER and subresource == "status"
+        self.calls.append(("APPLY", f"{obj['kind']}/{obj['metadata']['name']}", obj))
+        return obj
+
+    async def create(self, resource: object, namespace: str, obj: Json) -> Json:
+        self.calls.append(("CREATE", obj["kind"], obj))
+        return obj
+
+
+class StubSource:
+    """Frontend load as the test sets it (the HTTP side is covered by the e2e tier)."""
+
+    def __init__(self) -> None:
+        self.scrape_result: FrontendScrape | ScrapeError = ScrapeError("not set")
+        self.scraped: list[str] = []
+
+    async def scrape(
+        self, cr: InferenceCluster, frontend_pods: Any, *, at: float
+    ) -> FrontendScrape:
+        self.scraped.append(cr.metadata.name)
+        if isinstance(self.scrape_result, ScrapeError):
+            raise self.scrape_result
+        return replace(self.scrape_result, reading=replace(self.scrape_result.reading, at=at))
+
+    async def close(self) -> None:
+        pass
+
+
+def cluster_obj(name: str = "c", **autoscaling: Any) -> Json:
+    spec: Json = {
+        "model": {"name": "m"},
+        "prefill": {"replicas": 1, "minReplicas": 0, "maxReplicas": 4},
+        "decode": {"replicas": 3, "minReplicas": 1, "maxReplicas": 4},
+        "autoscaling": {
+            "enabled": True,
+            "mode": "builtin",
+            "intervalSeconds": 1,
+            "decode": {
+                "scaleDownStabilizationSeconds": 0,
+                "targetActiveSequencesPerReplica": 4,
+                "maxStepDown": 1,
+            },
+            **autoscaling,
+        },
+    }
+    return {
+        "apiVersion": "tandem.dev/v1alpha1",
+        "kind": "InferenceCluster",
+        "metadata": {"name": name, "namespace": "ns", "generation": 1, "uid": f"uid-{name}"},
+        "spec": spec,
+    }
+
+
+def pool_obj(cluster: str, role: PoolRole, replicas: int, version: int = 50) -> Json:
+    return {
+        "apiVersion": "tandem.dev/v1alpha1",
+        "kind": "WorkerPool",
+        "metadata": {
+            "name": names.pool_name(cluster, role),
+            "namespace": "ns",
+            "resourceVersion": str(version),
+            "labels": {names.LABEL_CLUSTER: cluster},
+        },
+        "spec": {"clusterName": cluster, "role": role.value, "replicas": replicas},
+    }
+
+
+def pod_obj(cluster: str, name: str, role: str, ip: str) -> Json:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "labels": {names.LABEL_CLUSTER: cluster, names.LABEL_ROLE: role},
+        },
+        "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.stores = {kind: Store() for kind in ("InferenceCluster", "WorkerPool", "Pod")}
+        self.client = RecordingClient()
+        self.source = StubSource()
+        self.enqueued: list[Key] = []
+        self.clock = 1000.0
+        self.autoscaler = Autoscaler(
+            self.client,  # type: ignore[arg-type]
+            Caches(dict(self.stores)),
+            self.source,
+            identity="op",
+            enqueue=self.enqueued.append,
+            clock=lambda: self.clock,
+            now=lambda: WALL,
+        )
+
+    def add(self, kind: str, obj: Json) -> None:
+        self.stores[kind].upsert(obj)
+
+    def cluster(self, name: str = "c") -> InferenceCluster:
+        from tandem_operator.controller import parse_cluster
+
+        obj = self.stores["InferenceCluster"].get("ns", name)
+        assert obj is not None
+        return parse_cluster(obj)
+
+    async def round(self, name: str = "c") -> None:
+        await self.autoscaler._round(("ns", name), self.cluster(name))
+        self.clock += 1.0
+
+    def writes(self) -> list[tuple[str, str]]:
+        return [(method, path) for method, path, _ in self.client.calls]
+
+
+def load(**pools: LoadSample) -> FrontendScrape:
+    return FrontendScrape(
+        reading=RouterReading(at=0.0, samples={PoolRole(k): v for k, v in pools.items()}),
+        frontends=1,
+    )
+
+
+@pytest.fixture
+def harness() -> Harness:
+    h = Harness()
+    h.add("InferenceCluster", cluster_obj())
+    h.add("WorkerPool", pool_obj("c", PoolRole.PREFILL, 1))
+    h.add("WorkerPool", pool_obj("c", PoolRole.DECODE, 3))
+    for i in range(3):
+        h.add("Pod", pod_obj("c", f"c-decode-{i}", "decode", f"10.0.0.{i}"))
+    h.add("Pod", pod_obj("c", "c-prefill-0", "prefill", "10.0.1.0"))
+    h.add("Pod", pod_obj("c", "c-frontend-0", "frontend", "10.0.2.0"))
+    return h
+
+
+async def test_a_queue_scales_the_prefill_pool_up_through_scale(harness: Harness) -> None:
+    harness.source.scrape_result = load(
+        prefill=LoadSample(at=0, queued_requests=3, queued_tokens=3 * 32768),
+        decode=LoadSample(at=0, active_sequences=12),
+    )
+    await harness.round()
+    scale = [c for c in harness.client.calls if c[1].endswith("/scale")]
+    assert [(m, p) for m, p, _ in scale] == [
+        ("PATCH", "/apis/tandem.dev/v1alpha1/namespaces/ns/workerpools/c-prefill/scale")
+    ]
+    assert scale[0][2] == {"spec": {"replicas": 3}}
+    event = next(obj for m, _, obj in harness.client.calls if m == "CREATE")
+    assert event["reason"] == "QueuedTokensAboveTarget"
+    assert event["message"].startswith("1 -> 3: prefill: ")
+    statuses = {p: obj["status"] for m, p, obj in harness.client.calls if m == "APPLY"}
+    assert statuses["WorkerPool/c-prefill"]["lastScaleReason"] == "QueuedTokensAboveTarget"
+    assert statuses["WorkerPool/c-prefill"]["lastScaleTime"] == "2026-01-01T00:00:00Z"
+    assert statuses["WorkerPool/c-prefill"]["queueDepth"] == {"requests": 3, "tokens": 98304}
+    assert statuses["InferenceCluster/c"]["pools"]["prefill"]["queueDepth"]["tokens"] == 98304
+    assert ("ns", "c") in harness.enqueued  # the workload follows without waiting
+
+
+async def test_a_scale_down_marks_its_victims_before_lowering_replicas(harness: Harness) -> None:
+    busy = {
+        "10.0.0.0:50051": WorkerLoad(key="10.0.0.0:50051", active_sequences=2),
+        "10.0.0.1:50051": WorkerLoad(key="10.0.0.1:50051"),  # idle: the one to go
+        "10.0.0.2:50051": WorkerLoad(key="10.0.0.2:50051", active_sequences=1),
+    }
+    harness.source.scrape_result = replace(
+        load(decode=LoadSample(at=0, active_sequences=3)), worker_loads=busy
+    )
+    await harness.round()
+    writes = [c for c in harness.client.calls if c[0] == "PATCH"]
+    paths = [p.rsplit("/", 2)[-2:] for _, p, _ in writes]
+    assert paths[-1] == ["c-decode", "scale"]  # replicas go down last
+    costs = {
+        p.rsplit("/", 1)[1]: int(b["metadata"]["annotations"][names.ANNOTATION_DELETION_COST])
+        for _, p, b in writes
+        if "/pods/" in p
+    }
+    assert costs["c-decode-1"] == VICTIM_DELETION_COST
+    assert costs["c-decode-0"] > costs["c-decode-2"] > VICTIM_DELETION_COST
+    assert writes[-1][2] == {"spec": {"replicas": 2}}  # one step down (maxStepDown 1)
+
+
+async def test_an_unreadable_frontend_changes_nothing(harness: Harness) -> None:
+    harness.source.scrape_result = ScrapeError("connection refused")
+    await harness.round()
+    assert harness.client.calls == []
+
+
+async def test_a_write_the_cache_has_not_seen_is_not_repeated(harness: Harness) -> None:
+    harness.source.scrape_result = load(prefill=LoadSample(at=0, queued_tokens=3 * 32768))
+    await harness.round()
+    await harness.round()  # the WorkerPool cache still says 1 replica
+    scales = [b for _, p, b in harness.client.calls if p.endswith("c-prefill/scale")]
+    assert scales == [{"spec": {"replicas": 3}}]
+
+
+async def test_a_held_scale_up_is_reported_as_scaling_limited(harness: Harness) -> None:
+    harness.add("WorkerPool", pool_obj("c", PoolRole.DECODE, 4))
+    harness.add("Pod", {
+        "metadata": {"name": "c-decode-9", "namespace": "ns",
+                     "labels": {names.LABEL_CLUSTER: "c", names.LABEL_ROLE: "decode"}},
+        "status": {"conditions": [{"type": "PodScheduled", "status": "False",
+                                   "reason": "Unschedulable",
+                                   "message": "0/3 nodes are available: 3 Insufficient cpu."}]},
+    })  # fmt: skip
+    harness.source.scrape_result = load(decode=LoadSample(at=0, active_sequences=40))
+    await harness.round()  # at max (4): capped
+    cr = harness.cluster()
+    empty = StatusResult(cluster=InferenceClusterStatus(conditions=[]), pools={}, events=())
+    amended = harness.autoscaler.amend_status(cr, empty)
+    (condition,) = amended.cluster.conditions
+    assert (condition.type, condition.status, condition.reason) == (
+        reasons.SCALING_LIMITED,
+        "True",
+        "AtMaxReplicas",
+    )
+    assert [(e.type, e.reason) for e in amended.events] == [("Warning", reasons.SCALING_LIMITED)]
+    # Reported once: the same condition already in status emits nothing new.
+    settled = cr.model_copy(update={"status": amended.cluster})
+    again = harness.autoscaler.amend_status(settled, empty)
+    assert again.events == ()
+
+
+async def test_external_mode_starts_no_loop_and_writes_nothing() -> None:
+    h = Harness()
+    h.add("InferenceCluster", cluster_obj("ext", mode="external"))
+    h.add("InferenceCluster", cluster_obj("own"))
+    for name in ("ext", "own"):
+        h.add("WorkerPool", pool_obj(name, PoolRole.PREFILL, 2))
+        h.add("WorkerPool", pool_obj(name, PoolRole.DECODE, 2))
+        for i in range(2):
+            h.add("Pod", pod_obj(name, f"{name}-prefill-{i}", "prefill", f"10.0.{i}.1"))
+            h.add("Pod", pod_obj(name, f"{name}-decode-{i}", "decode", f"10.0.{i}.2"))
+    h.source.scrape_result = load(
+        prefill=LoadSample(at=0, queued_tokens=10 * 32768),
+        decode=LoadSample(at=0, active_sequences=8),
+    )
+    task = asyncio.create_task(h.autoscaler.run())
+    try:
+        async with asyncio.timeout(10):
+            await h.client.scaled.wait()
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert any(p.endswith("own-prefill/scale") for _, p in h.writes())
+    assert "ext" not in h.source.scraped
+    assert not any("/ext" in p or "ext-" in p for _, p in h.writes())
+    ext = h.cluster("ext")
+    untouched = StatusResult(cluster=InferenceClusterStatus(), pools={}, events=())
+    assert h.autoscaler.amend_status(ext, untouched) is untouched
