@@ -229,10 +229,12 @@ class OpenAIServing:
                     progress.finish_reason = "stop"
                     return
                 if chunk.finish_reason is not None:
-                    tail = matcher.flush()
+                    tail, stopped = matcher.flush()
                     if tail:
                         yield tail
-                    progress.finish_reason = _finish_reason(chunk.finish_reason)
+                    progress.finish_reason = (
+                        "stop" if stopped else _finish_reason(chunk.finish_reason)
+                    )
                     return
                 chunk = await anext(stream)
                 now = self._clock()

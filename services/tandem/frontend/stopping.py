@@ -1,8 +1,15 @@
 """OpenAI ``stop`` strings over streamed text.
 
-Text is released only once it can no longer be the start of a stop string, so a
-stream never shows a client part of a stop sequence; the stop string itself is never
-emitted (OpenAI's behaviour).
+The result never depends on how the text was chunked: generation stops at the earliest
+position where any stop string occurs in the full text, exactly as if the whole text had
+been searched at once. Two consequences for streaming:
+
+- text is released only once it can no longer be the start of a stop string, so a
+  client never sees part of a stop sequence (the stop string itself is never emitted,
+  OpenAI's behaviour);
+- a stop string that completed is not acted on while a *longer* one that starts earlier
+  is still partially matched (stops ``["a", "baa"]`` over ``"ba" + "a"`` must cut before
+  ``"b"``, not after it).
 """
 
 from __future__ import annotations
@@ -27,27 +34,33 @@ class StopStringMatcher:
         if not self._stops:
             return text, False
         buffer = self._held + text
-        cut = -1
-        for stop in self._stops:
-            index = buffer.find(stop)
-            if index != -1 and (cut == -1 or index < cut):
-                cut = index
-        if cut != -1:
+        cut = self._earliest_match(buffer)
+        # Anything from the earliest still-open partial match on must wait.
+        pending = self._earliest_partial(buffer, limit=len(buffer) if cut is None else cut)
+        if cut is not None and pending is None:
             self._held = ""
             return buffer[:cut], True
-        keep = self._longest_partial_suffix(buffer)
-        self._held = buffer[len(buffer) - keep :] if keep else ""
-        return buffer[: len(buffer) - keep], False
+        keep_from = len(buffer) if pending is None else pending
+        self._held = buffer[keep_from:]
+        return buffer[:keep_from], False
 
-    def flush(self) -> str:
-        """End of generation: release whatever was held back."""
+    def flush(self) -> tuple[str, bool]:
+        """End of generation: release what was held back, cut at a stop string if one
+        completed while a longer candidate was still open."""
         held, self._held = self._held, ""
-        return held
+        cut = self._earliest_match(held) if self._stops else None
+        return (held, False) if cut is None else (held[:cut], True)
 
-    def _longest_partial_suffix(self, buffer: str) -> int:
-        longest = min(len(buffer), max(len(s) for s in self._stops) - 1)
-        for size in range(longest, 0, -1):
-            tail = buffer[-size:]
-            if any(stop.startswith(tail) for stop in self._stops):
-                return size
-        return 0
+    def _earliest_match(self, buffer: str) -> int | None:
+        found = [i for i in (buffer.find(s) for s in self._stops) if i != -1]
+        return min(found) if found else None
+
+    def _earliest_partial(self, buffer: str, limit: int) -> int | None:
+        """The first position before ``limit`` where the rest of ``buffer`` is a proper
+        prefix of some stop string (a match that more text could complete)."""
+        longest = max(len(s) for s in self._stops)
+        for start in range(max(0, len(buffer) - longest + 1), limit):
+            tail = buffer[start:]
+            if any(len(stop) > len(tail) and stop.startswith(tail) for stop in self._stops):
+                return start
+        return None

@@ -19,8 +19,9 @@ def run(stops: tuple[str, ...], pieces: list[str]) -> tuple[str, bool]:
         out.append(text)
         if stopped:
             return "".join(out), True
-    out.append(matcher.flush())
-    return "".join(out), False
+    tail, stopped = matcher.flush()
+    out.append(tail)
+    return "".join(out), stopped
 
 
 @pytest.mark.parametrize(
@@ -35,6 +36,11 @@ def run(stops: tuple[str, ...], pieces: list[str]) -> tuple[str, bool]:
         (("bc", "cd"), ["abcd"], ("a", True)),
         (("END",), ["E", "N", "D"], ("", True)),
         (("aa",), ["a", "a"], ("", True)),
+        # A longer stop starting earlier wins over a shorter one completing first...
+        (("a", "baa"), ["ba", "a"], ("", True)),
+        # ...and when it never completes, the shorter one still cuts at the end.
+        (("a", "baa"), ["ba"], ("b", True)),
+        (("a", "baa"), ["ba", "c"], ("b", True)),
     ],
 )
 def test_stop_table(stops: tuple[str, ...], pieces: list[str], expected: tuple[str, bool]) -> None:
