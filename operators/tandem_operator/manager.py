@@ -113,7 +113,8 @@ class Controller:
         self.autoscaler = Autoscaler(
             client,
             caches,
-            MetricsSource(options.frontend_metrics_urls),
+            # Pod IPs are only reachable (and real) from inside the cluster.
+            MetricsSource(options.frontend_metrics_urls, scrape_pods=options.in_cluster),
             identity=options.identity,
             enqueue=self.queue.add,
             now=lambda: datetime.now(UTC),

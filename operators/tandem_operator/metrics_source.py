@@ -12,7 +12,9 @@ containers and have no reachable IPs) the operator can be pointed at a frontend 
 reach: ``tandem operator run --frontend-metrics-url NAMESPACE/NAME=URL`` (or ``*=URL``
 for every cluster), e.g. a port-forward or a local ``tandem up``. This override is an
 operator flag on purpose: a field or annotation on the InferenceCluster would let anyone
-who can edit a cluster make the operator fetch arbitrary URLs.
+who can edit a cluster make the operator fetch arbitrary URLs. Out of cluster, pod IPs
+are never dialled (``scrape_pods=False``): from outside they are at best unreachable, and
+on a simulated cluster they are made up.
 """
 
 from __future__ import annotations
@@ -73,13 +75,20 @@ def parse_url_overrides(values: Iterable[str]) -> dict[str, str]:
 
 
 def compute_frontend_targets(
-    cr: InferenceCluster, frontend_pods: Sequence[Manifest], overrides: Mapping[str, str]
+    cr: InferenceCluster,
+    frontend_pods: Sequence[Manifest],
+    overrides: Mapping[str, str],
+    *,
+    scrape_pods: bool,
 ) -> list[str]:
-    """Base URLs to scrape for ``cr`` (pure): an override, else its ready frontend pods."""
+    """Base URLs to scrape for ``cr`` (pure): an override, else (only when the operator
+    runs in the cluster, ``scrape_pods``) its ready frontend pods."""
     namespace = cr.metadata.namespace or "default"
     override = overrides.get(f"{namespace}/{cr.metadata.name}") or overrides.get(WILDCARD)
     if override:
         return [override]
+    if not scrape_pods:
+        return []
     port = cr.spec.frontend.port
     targets = []
     for pod in frontend_pods:
@@ -109,9 +118,11 @@ class MetricsSource:
         self,
         overrides: Mapping[str, str] | None = None,
         *,
+        scrape_pods: bool,
         timeout_seconds: float = SCRAPE_TIMEOUT_SECONDS,
     ) -> None:
         self._overrides = dict(overrides or {})
+        self._scrape_pods = scrape_pods
         self._timeout = aiohttp.ClientTimeout(total=timeout_seconds)
         self._session: aiohttp.ClientSession | None = None
 
@@ -123,9 +134,12 @@ class MetricsSource:
     async def scrape(
         self, cr: InferenceCluster, frontend_pods: Sequence[Manifest], *, at: float
     ) -> FrontendScrape:
-        targets = compute_frontend_targets(cr, frontend_pods, self._overrides)
+        targets = compute_frontend_targets(
+            cr, frontend_pods, self._overrides, scrape_pods=self._scrape_pods
+        )
         if not targets:
-            raise ScrapeError("no ready frontend to read metrics from")
+            where = "ready frontend" if self._scrape_pods else "--frontend-metrics-url"
+            raise ScrapeError(f"no {where} to read metrics from")
         results = await asyncio.gather(
             *(self._scrape_one(base, at) for base in targets), return_exceptions=True
         )

@@ -271,7 +271,10 @@ def test_a_scale_down_under_load_fails_no_request(
     def client(index: int) -> None:
         sent = 0
         while not stop.is_set() and sent < max_requests // concurrency:
-            outcomes.add(complete(cluster.endpoint, f"client {index} request {sent}", 160))
+            # ~1,000-token prompts prefill on the worker before they stream: every worker
+            # has requests in flight nearly all the time, so the drains are under load.
+            prompt = f"client {index} request {sent} " + "lorem ipsum " * 80
+            outcomes.add(complete(cluster.endpoint, prompt, 64))
             sent += 1
 
     clients = [threading.Thread(target=client, args=(i,)) for i in range(concurrency)]

@@ -290,11 +290,21 @@ def test_frontends_are_scraped_by_pod_ip_unless_overridden() -> None:
         pod("f-3", role="frontend", ip="10.0.0.8", ready=False),  # not serving: skip
         pod("f-4", role="frontend"),  # no IP yet
     ]
-    assert compute_frontend_targets(cr, pods, {}) == [
+    assert compute_frontend_targets(cr, pods, {}, scrape_pods=True) == [
         "http://10.0.0.7:8000",
         "http://[fd00::7]:8000",
     ]
-    assert compute_frontend_targets(cr, pods, {"*": "http://127.0.0.1:9"}) == ["http://127.0.0.1:9"]
+    wildcard = {"*": "http://127.0.0.1:9"}
+    assert compute_frontend_targets(cr, pods, wildcard, scrape_pods=True) == ["http://127.0.0.1:9"]
     named = {"ns/c": "http://127.0.0.1:1", "*": "http://127.0.0.1:2"}
-    assert compute_frontend_targets(cr, pods, named) == ["http://127.0.0.1:1"]
-    assert compute_frontend_targets(cr, [], {"other/c": "http://x:1"}) == []
+    assert compute_frontend_targets(cr, pods, named, scrape_pods=True) == ["http://127.0.0.1:1"]
+    assert compute_frontend_targets(cr, [], {"other/c": "http://x:1"}, scrape_pods=True) == []
+
+
+def test_out_of_cluster_pod_ips_are_never_dialled() -> None:
+    pods = [pod("f-1", role="frontend", ip="198.18.0.7")]
+    assert compute_frontend_targets(cluster(), pods, {}, scrape_pods=False) == []
+    override = {"*": "http://127.0.0.1:9"}
+    assert compute_frontend_targets(cluster(), pods, override, scrape_pods=False) == [
+        "http://127.0.0.1:9"
+    ]
