@@ -73,6 +73,8 @@ def _run(section: Section) -> str:
             text=True,
             timeout=section.timeout_s,
             check=False,
+            # NIXL's Python logger writes INFO lines to stdout, which is the report.
+            env={**os.environ, "NIXL_LOG_LEVEL": "WARNING"},
         )
     except subprocess.TimeoutExpired:
         return f"**Did not finish within {section.timeout_s:.0f} s.**\n"
