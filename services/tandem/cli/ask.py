@@ -29,6 +29,15 @@ def _endpoint(name: str | None) -> str | None:
     return state.endpoint
 
 
+# Control characters other than newline and tab become visible escapes: a model (the
+# reference one emits arbitrary bytes) must not be able to drive the user's terminal.
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), 0x7F) if c not in (0x09, 0x0A)}
+
+
+def _printable(text: str) -> str:
+    return text.translate(_CONTROL)
+
+
 def _error_message(response: httpx.Response) -> str:
     try:
         return str(response.json()["error"]["message"])
@@ -65,7 +74,7 @@ def ask(endpoint: str, model: str | None, prompt: str, max_tokens: int, timeout_
                     continue
                 chunk = json.loads(line.removeprefix("data: "))
                 for choice in chunk.get("choices", []):
-                    sys.stdout.write(choice.get("delta", {}).get("content") or "")
+                    sys.stdout.write(_printable(choice.get("delta", {}).get("content") or ""))
                     finish = choice.get("finish_reason") or finish
                 usage = chunk.get("usage") or usage
                 sys.stdout.flush()
