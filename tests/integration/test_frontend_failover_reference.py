@@ -4,14 +4,10 @@ gone and the supervisor restarts it. Numbers are printed (run with -s)."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-import re
-import signal
-import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-import httpx
 import pytest
 import yaml
 
@@ -26,7 +22,9 @@ pytestmark = [
 EXAMPLE = Path(__file__).parents[2] / "manifests" / "examples" / "reference-cpu.yaml"
 
 
-def test_prefill_worker_killed_mid_stream(tmp_path: Path) -> None:
+def test_prefill_worker_killed_mid_stream(
+    tmp_path: Path, kill_mid_traffic: Callable[..., Any]
+) -> None:
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["metadata"]["name"] = "failover"
     doc["spec"]["model"].update({"maxInputTokens": 1024, "maxOutputTokens": 64})
@@ -43,42 +41,25 @@ def test_prefill_worker_killed_mid_stream(tmp_path: Path) -> None:
         endpoint = state.endpoint
         prefill_pid = next(w.pid for w in state.workers if w.component == "prefill")
         total, concurrency, kill_after = 40, 4, 10
-        statuses: list[int] = []
-        latencies: list[float] = []
 
-        async def drive() -> None:
-            sent = 0
-            async with httpx.AsyncClient(base_url=endpoint, timeout=120) as client:
+        def body_for(n: int) -> dict[str, Any]:
+            return {
+                "model": "reference",
+                "messages": [{"role": "user", "content": f"request {n} " * 8}],
+                "max_tokens": 16,
+                "temperature": 0,
+            }
 
-                async def one() -> None:
-                    nonlocal sent
-                    while sent < total:
-                        sent += 1
-                        if sent == kill_after:
-                            os.kill(prefill_pid, signal.SIGKILL)
-                        body = {
-                            "model": "reference",
-                            "messages": [{"role": "user", "content": f"request {sent} " * 8}],
-                            "max_tokens": 16,
-                            "temperature": 0,
-                        }
-                        started = time.monotonic()
-                        response = await client.post("/chat/completions", json=body)
-                        latencies.append(time.monotonic() - started)
-                        statuses.append(response.status_code)
-
-                await asyncio.gather(*(one() for _ in range(concurrency)))
-
-        asyncio.run(drive())
-        metrics = httpx.get(endpoint.removesuffix("/v1") + "/metrics").text
-        decisions = {
-            f"{p}/{r}": float(v)
-            for p, r, v in re.findall(
-                r'^tandem_router_prefill_decisions_total\{path="(\w+)",reason="(\w+)"\} (\S+)$',
-                metrics,
-                flags=re.MULTILINE,
-            )
-        }
+        outcome = kill_mid_traffic(
+            endpoint,
+            prefill_pid,
+            total=total,
+            concurrency=concurrency,
+            kill_after=kill_after,
+            body_for=body_for,
+            timeout_s=120,
+        )
+        statuses, latencies, decisions = outcome.statuses, outcome.latencies, outcome.decisions
         print(f"\nreference engine, prefill worker SIGKILLed at request {kill_after} of {total} "
               f"(concurrency {concurrency}): statuses {sorted(set(statuses))}, "
               f"decisions {decisions}, slowest request {max(latencies):.2f}s")  # fmt: skip

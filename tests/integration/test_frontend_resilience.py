@@ -8,9 +8,8 @@ import asyncio
 import json
 import os
 import re
-import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,18 +64,6 @@ def metric(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-def decision_counts(base: str) -> dict[str, float]:
-    text = httpx.get(f"{base}/metrics").text
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        match = re.match(
-            r'^tandem_router_prefill_decisions_total\{path="(\w+)",reason="(\w+)"\} (\S+)', line
-        )
-        if match:
-            out[f"{match[1]}/{match[2]}"] = float(match[3])
-    return out
-
-
 @pytest.fixture
 def cleanup(tmp_path: Path) -> Iterator[list[str]]:
     names: list[str] = []
@@ -86,38 +73,28 @@ def cleanup(tmp_path: Path) -> Iterator[list[str]]:
 
 
 def test_killing_a_prefill_worker_mid_traffic_fails_no_request(
-    tmp_path: Path, cleanup: list[str]
+    tmp_path: Path, cleanup: list[str], kill_mid_traffic: Callable[..., Any]
 ) -> None:
     cleanup.append("kill")
     endpoint = start(
         tmp_path, "kill", {"prefill": {"replicas": 1}, "decode": {"replicas": 2}}, 0.005
     )
-    base = endpoint.removesuffix("/v1")
     state = read_state(cluster_dir("kill", tmp_path / "home"))
     assert state is not None
     prefill_pid = next(w.pid for w in state.workers if w.component == "prefill")
     body = {"model": "reference", "messages": [{"role": "user", "content": "x" * 200}],
             "max_tokens": 20, "temperature": 0}  # fmt: skip
     total, concurrency, kill_after = 120, 6, 30
-    statuses: list[int] = []
-
-    async def drive() -> None:
-        sent = 0
-        async with httpx.AsyncClient(base_url=endpoint, timeout=60) as client:
-
-            async def one() -> None:
-                nonlocal sent
-                while sent < total:
-                    sent += 1
-                    if sent == kill_after:
-                        os.kill(prefill_pid, signal.SIGKILL)
-                    response = await client.post("/chat/completions", json=body)
-                    statuses.append(response.status_code)
-
-            await asyncio.gather(*(one() for _ in range(concurrency)))
-
-    asyncio.run(drive())
-    decisions = decision_counts(base)
+    outcome = kill_mid_traffic(
+        endpoint,
+        prefill_pid,
+        total=total,
+        concurrency=concurrency,
+        kill_after=kill_after,
+        body_for=lambda _: body,
+        timeout_s=60,
+    )
+    statuses, decisions = outcome.statuses, outcome.decisions
     print(f"\nprefill worker killed after {kill_after} of {total} requests "
           f"(concurrency {concurrency}): statuses {sorted(set(statuses))}, "
           f"decisions {decisions}")  # fmt: skip

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from tandem.api.validate import ManifestError, load_inference_cluster
+from tandem.cli.manifest_files import print_manifest_errors
 from tandem.runtime.launcher import LaunchError, detach, down, run_foreground
 from tandem.runtime.plan import WORKER_MODULE
 from tandem.runtime.state import cluster_dir, list_clusters
@@ -24,8 +25,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         cluster = load_inference_cluster(args.filename)
     except ManifestError as exc:
-        for error in exc.errors:
-            print(f"error: {error}", file=sys.stderr)
+        print_manifest_errors(exc)
         return EXIT_USAGE
     port = cluster.spec.frontend.port if args.port is None else args.port
     try:

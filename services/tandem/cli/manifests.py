@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tandem.api.crd import dump_crd, render_crds
 from tandem.api.validate import ManifestError, load_file
+from tandem.cli.manifest_files import add_files_option, print_manifest_errors
 
 # Exit codes: 0 valid, 2 invalid input (argparse also uses 2 for bad usage).
 EXIT_INVALID = 2
@@ -24,8 +25,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             objects = load_file(name)
         except ManifestError as exc:
             failed = True
-            for err in exc.errors:
-                print(f"error: {err}", file=sys.stderr)
+            print_manifest_errors(exc)
             continue
         for obj in objects:
             print(f"{name}: {obj.kind}/{obj.metadata.name} is valid")  # type: ignore[attr-defined]
@@ -62,16 +62,7 @@ def cmd_version(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("validate", help="validate InferenceCluster/WorkerPool manifests")
-    p.add_argument(
-        "-f",
-        "--filename",
-        dest="files",
-        action="extend",
-        nargs="+",
-        required=True,
-        metavar="FILE",
-        help="manifest files (repeat -f or list several)",
-    )
+    add_files_option(p, help="manifest files (repeat -f or list several)")
     p.set_defaults(handler=cmd_validate)
 
     p = sub.add_parser("crds", help="print (or write/check) the generated CRDs")

@@ -14,6 +14,7 @@ from tandem.api.validate import ManifestError, load_file
 from tandem.capacity.gpus import gpu_for
 from tandem.capacity.models import GIB
 from tandem.capacity.plan import ClusterPlan, PoolPlan, plan_cluster
+from tandem.cli.manifest_files import add_files_option, print_manifest_errors
 from tandem.engines.trtllm.config import TrtllmConfigError
 
 EXIT_UNFIT = 1
@@ -26,8 +27,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         try:
             objects = load_file(name)
         except ManifestError as exc:
-            for err in exc.errors:
-                print(f"error: {err}", file=sys.stderr)
+            print_manifest_errors(exc)
             return EXIT_INVALID
         clusters += [(name, o) for o in objects if isinstance(o, InferenceCluster)]
     if not clusters:
@@ -73,14 +73,5 @@ def _pool_line(pool: PoolPlan) -> str:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("plan", help="check that each pool's workers fit their GPUs")
-    p.add_argument(
-        "-f",
-        "--filename",
-        dest="files",
-        action="extend",
-        nargs="+",
-        required=True,
-        metavar="FILE",
-        help="InferenceCluster manifests",
-    )
+    add_files_option(p, help="InferenceCluster manifests")
     p.set_defaults(handler=cmd_plan)

@@ -201,9 +201,7 @@ class NixlTransport(KvTransport):
         started = loop.time()
         deadline = started + timeout_s
         await self.connect(peer, timeout_s)
-        remote = self._peers.get(peer)
-        if remote is None:  # connect() succeeded, so only a concurrent forget() gets here
-            raise KvPeerError(f"peer {peer.name} was dropped while connecting")
+        remote = self._peers.connected(peer)
         check_ranges(remote_ranges, remote.region_sizes, f"peer {peer.name}")
         nbytes = check_ranges(local_ranges, [v.nbytes for v in self._views], "local")
         segments = plan_segments(remote_ranges, local_ranges)

@@ -31,6 +31,13 @@ class PeerTable(Generic[StateT]):
             return None
         return entry.state
 
+    def connected(self, peer: PeerInfo) -> StateT:
+        """The state ``connect(peer)`` just cached (a concurrent ``forget()`` may drop it)."""
+        state = self.get(peer)
+        if state is None:
+            raise KvPeerError(f"peer {peer.name} was dropped while connecting")
+        return state
+
     def put(self, peer: PeerInfo, state: StateT) -> None:
         """Cache ``state``; the caller must have dropped any older incarnation first."""
         self._entries[peer.worker_id] = _Entry(peer.incarnation, state)

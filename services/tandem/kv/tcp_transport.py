@@ -220,9 +220,7 @@ class TcpTransport(KvTransport):
         loop = asyncio.get_running_loop()
         started = loop.time()
         await self.connect(peer, timeout_s)
-        state = self._peers.get(peer)
-        if state is None:
-            raise KvPeerError(f"peer {peer.name} was dropped while connecting")
+        state = self._peers.connected(peer)
         check_ranges(remote_ranges, state.region_sizes, f"peer {peer.name}")
         nbytes = check_ranges(local_ranges, [v.nbytes for v in self._views], "local")
         if any(self._views[r.region].readonly for r in local_ranges):

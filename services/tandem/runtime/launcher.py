@@ -42,6 +42,14 @@ def check_not_running(directory: Path, name: str) -> None:
         )
 
 
+def _claim_state_dir(name: str, home: Path | None) -> Path:
+    """The cluster's state directory, created; LaunchError if that cluster still runs."""
+    directory = cluster_dir(name, home)
+    check_not_running(directory, name)
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
 def choose_port(requested: int) -> int:
     if requested == 0:
         return allocate_ports(1)[0]
@@ -76,9 +84,7 @@ def run_foreground(
 ) -> int:
     """Start the cluster, serve until Ctrl-C/SIGTERM, then stop everything. Exit code."""
     name = cluster.metadata.name
-    directory = cluster_dir(name, home)
-    check_not_running(directory, name)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = _claim_state_dir(name, home)
     plan = plan_local(
         cluster,
         state_dir=directory,
@@ -141,9 +147,7 @@ def detach(
 ) -> int:
     """Start a supervisor in the background; relay its progress until ready or failed."""
     name = cluster.metadata.name
-    directory = cluster_dir(name, home)
-    check_not_running(directory, name)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = _claim_state_dir(name, home)
     state_path(directory).unlink(missing_ok=True)
     log_path = directory / "supervisor.log"
     env = dict(os.environ)

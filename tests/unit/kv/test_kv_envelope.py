@@ -87,3 +87,13 @@ def test_peer_table_keeps_one_incarnation_per_worker() -> None:
     assert table.get(old) is None
     assert table.pop("w") == "state-2"
     assert table.pop("w") is None
+
+
+def test_peer_table_connected_refuses_a_peer_dropped_meanwhile() -> None:
+    table: PeerTable[str] = PeerTable()
+    peer = PeerInfo("w", "1", b"")
+    table.put(peer, "state-1")
+    assert table.connected(peer) == "state-1"
+    table.pop("w")  # what a concurrent forget() does between connect() and the lookup
+    with pytest.raises(KvPeerError, match="w@1 was dropped while connecting"):
+        table.connected(peer)
