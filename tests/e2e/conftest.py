@@ -4,14 +4,17 @@
 stamp matches), starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
 kwok with the ``default`` node profile, and stops them at the end of the session. When a
 test that used the cluster fails, the tails of the component logs are attached to its
-report; the full logs stay in the session's temporary directory.
+report; the full logs stay in the session's temporary directory. ``e2e_cluster`` wraps it
+with the kubectl reads and InferenceCluster checks the e2e modules share.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Generator, Iterator
 from functools import cache
+from typing import Any
 
 import pytest
 
@@ -90,3 +93,55 @@ def pytest_runtest_makereport(
             (f"devcluster logs ({cluster.layout.logs_dir})", cluster.log_tails(lines=30))
         )
     return report
+
+
+Json = dict[str, Any]
+
+
+class E2eCluster:
+    """The session's cluster with the kubectl reads and InferenceCluster helpers the e2e
+    modules share (the ``e2e_cluster`` fixture: test modules cannot import each other)."""
+
+    def __init__(self, dev: DevCluster) -> None:
+        self.dev = dev
+
+    def kubectl(self, *args: str, **options: Any) -> subprocess.CompletedProcess[str]:
+        return self.dev.kubectl(*args, **options)
+
+    def get_json(self, *args: str) -> Json:
+        out: Json = json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+        return out
+
+    def items(self, *args: str) -> list[Json]:
+        found: list[Json] = self.get_json(*args)["items"]
+        return found
+
+    @staticmethod
+    def condition(obj: Json, kind: str) -> Json:
+        """The condition of type ``kind`` in ``obj``'s status; {} when it has none."""
+        for cond in (obj.get("status") or {}).get("conditions") or []:
+            if cond["type"] == kind:
+                return dict(cond)
+        return {}
+
+    def ic(self, namespace: str, name: str) -> Json:
+        return self.get_json("ic", name, "-n", namespace)
+
+    def patch_ic(self, namespace: str, name: str, spec: Json) -> None:
+        self.kubectl(
+            "patch", "ic", name, "-n", namespace, "--type=merge", "-p", json.dumps({"spec": spec})
+        )
+
+    def is_ready(self, namespace: str, name: str) -> bool:
+        """Ready=True for the current generation."""
+        obj = self.ic(namespace, name)
+        status = obj.get("status") or {}
+        return (
+            self.condition(obj, "Ready").get("status") == "True"
+            and status.get("observedGeneration") == obj["metadata"]["generation"]
+        )
+
+
+@pytest.fixture(scope="session")
+def e2e_cluster(k8s_cluster: DevCluster) -> E2eCluster:
+    return E2eCluster(k8s_cluster)

@@ -61,42 +61,25 @@ Json = dict[str, Any]
 
 @dataclass
 class Env:
-    cluster: DevCluster
+    cluster: Any
     operator: OperatorProcess
-
-
-def get_json(cluster: DevCluster, *args: str) -> Json:
-    out: Json = json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
-    return out
-
-
-def items(cluster: DevCluster, *args: str) -> list[Json]:
-    found: list[Json] = get_json(cluster, *args)["items"]
-    return found
-
-
-def condition(obj: Json, kind: str) -> Json:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond["type"] == kind:
-            return dict(cond)
-    return {}
 
 
 def eventually(check: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
     wait_until(check, timeout_s=timeout_s, what=what)
 
 
-def apply_json(cluster: DevCluster, *objects: Json) -> None:
+def apply_json(cluster: Any, *objects: Json) -> None:
     if not objects:
         return
     doc = {"apiVersion": "v1", "kind": "List", "items": list(objects)}
     cluster.kubectl("apply", "-f", "-", input=json.dumps(doc))
 
 
-def install_dra_stand_in(cluster: DevCluster) -> None:
+def install_dra_stand_in(cluster: Any) -> None:
     """The DRA driver's CRD, DeviceClass and per-tray channel devices (module docstring)."""
     cluster.kubectl("apply", "-f", str(COMPUTE_DOMAIN_CRD))
-    cluster.wait_crd_established("computedomains.resource.nvidia.com", timeout_s=60)
+    cluster.dev.wait_crd_established("computedomains.resource.nvidia.com", timeout_s=60)
     selector = (
         f"device.driver == '{CD_DRIVER}' && device.attributes['{CD_DRIVER}'].type == 'channel'"
         f" && device.attributes['{CD_DRIVER}'].id == 0"
@@ -109,7 +92,7 @@ def install_dra_stand_in(cluster: DevCluster) -> None:
             "spec": {"selectors": [{"cel": {"expression": selector}}]},
         }
     ]
-    for node in items(cluster, "nodes", "-l", CLIQUE):
+    for node in cluster.items("nodes", "-l", CLIQUE):
         name = node["metadata"]["name"]
         channel = {"type": {"string": "channel"}, "id": {"int": 0}}
         objects.append(
@@ -128,10 +111,10 @@ def install_dra_stand_in(cluster: DevCluster) -> None:
     apply_json(cluster, *objects)
 
 
-def play_compute_domain_controller(cluster: DevCluster, namespace: str) -> Json:
+def play_compute_domain_controller(cluster: Any, namespace: str) -> Json:
     """Wait for the cluster's ComputeDomain and create the ResourceClaimTemplate it names."""
-    eventually(lambda: bool(items(cluster, "computedomains", "-n", namespace)), "a ComputeDomain")
-    (domain,) = items(cluster, "computedomains", "-n", namespace)
+    eventually(lambda: bool(cluster.items("computedomains", "-n", namespace)), "a ComputeDomain")
+    (domain,) = cluster.items("computedomains", "-n", namespace)
     name = domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
     request = {"name": "channel", "exactly": {"deviceClassName": CHANNEL_CLASS}}
     apply_json(
@@ -146,7 +129,7 @@ def play_compute_domain_controller(cluster: DevCluster, namespace: str) -> Json:
     return domain
 
 
-def apply_example(cluster: DevCluster, example: str, namespace: str, **spec: Any) -> str:
+def apply_example(cluster: Any, example: str, namespace: str, **spec: Any) -> str:
     doc = yaml.safe_load((EXAMPLES / example).read_text())
     doc["metadata"]["namespace"] = namespace
     doc["spec"]["autoscaling"] = {**doc["spec"].get("autoscaling", {}), "enabled": False}
@@ -158,46 +141,28 @@ def apply_example(cluster: DevCluster, example: str, namespace: str, **spec: Any
     return name
 
 
-def patch_ic(cluster: DevCluster, namespace: str, name: str, spec: Json) -> None:
-    cluster.kubectl(
-        "patch", "ic", name, "-n", namespace, "--type=merge", "-p", json.dumps({"spec": spec})
-    )
+def wait_ready(cluster: Any, namespace: str, name: str) -> None:
+    eventually(lambda: cluster.is_ready(namespace, name), f"{namespace}/{name} Ready")
 
 
-def ic(cluster: DevCluster, namespace: str, name: str) -> Json:
-    return get_json(cluster, "ic", name, "-n", namespace)
-
-
-def is_ready(cluster: DevCluster, namespace: str, name: str) -> bool:
-    obj = ic(cluster, namespace, name)
-    return (
-        condition(obj, "Ready").get("status") == "True"
-        and (obj.get("status") or {}).get("observedGeneration") == obj["metadata"]["generation"]
-    )
-
-
-def wait_ready(cluster: DevCluster, namespace: str, name: str) -> None:
-    eventually(lambda: is_ready(cluster, namespace, name), f"{namespace}/{name} Ready")
-
-
-def worker_pods(cluster: DevCluster, namespace: str, name: str) -> list[Json]:
+def worker_pods(cluster: Any, namespace: str, name: str) -> list[Json]:
     selector = f"tandem.dev/cluster={name},tandem.dev/role in (prefill,decode)"
     return [
         p
-        for p in items(cluster, "pods", "-n", namespace, "-l", selector)
+        for p in cluster.items("pods", "-n", namespace, "-l", selector)
         if not p["metadata"].get("deletionTimestamp")
     ]
 
 
-def node_labels(cluster: DevCluster, pod: Json) -> dict[str, str]:
-    labels: dict[str, str] = get_json(cluster, "node", pod["spec"]["nodeName"])["metadata"][
-        "labels"
-    ]
+def node_labels(cluster: Any, pod: Json) -> dict[str, str]:
+    labels: dict[str, str] = cluster.get_json("node", pod["spec"]["nodeName"])["metadata"]["labels"]
     return labels
 
 
 @pytest.fixture(scope="module")
-def env(k8s_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+def env(
+    k8s_cluster: DevCluster, e2e_cluster: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Env]:
     logs = tmp_path_factory.mktemp("gpu-operator")
     helm = [str(HELM), f"--kubeconfig={k8s_cluster.kubeconfig}"]
     subprocess.run(
@@ -208,7 +173,7 @@ def env(k8s_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> It
     )
     for crd in ("inferenceclusters.tandem.dev", "workerpools.tandem.dev"):
         k8s_cluster.wait_crd_established(crd, timeout_s=60)
-    install_dra_stand_in(k8s_cluster)
+    install_dra_stand_in(e2e_cluster)
     token = k8s_cluster.kubectl(
         "create", "token", SERVICE_ACCOUNT, "-n", SYSTEM_NS, "--duration=1h"
     ).stdout.strip()
@@ -219,7 +184,7 @@ def env(k8s_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> It
     try:
         operator.wait_ready()
         eventually(lambda: operator.metric("tandem_operator_leader") == 1, "the operator to lead")
-        yield Env(k8s_cluster, operator)
+        yield Env(e2e_cluster, operator)
     finally:
         operator.stop()
         subprocess.run(
@@ -238,11 +203,11 @@ def namespace(env: Env, request: pytest.FixtureRequest) -> Iterator[str]:
     env.cluster.kubectl("delete", "namespace", name, "--wait=true", timeout_s=180)
 
 
-def assert_applied_objects_validate(cluster: DevCluster, namespace: str, name: str) -> None:
+def assert_applied_objects_validate(cluster: Any, namespace: str, name: str) -> None:
     """What the API server holds passes Kubernetes 1.36's strict schemas."""
     checked = 0
     for kind in ("deployments", "services", "configmaps", "poddisruptionbudgets"):
-        for obj in items(cluster, kind, "-n", namespace, "-l", f"tandem.dev/cluster={name}"):
+        for obj in cluster.items(kind, "-n", namespace, "-l", f"tandem.dev/cluster={name}"):
             obj = {**obj, "apiVersion": obj.get("apiVersion", "v1")}
             kubernetes_validate.validate(obj, "1.36", strict=True)
             checked += 1
@@ -266,7 +231,7 @@ def test_example_lands_on_its_gpus_and_becomes_ready(
     name = apply_example(cluster, example, namespace)
     wait_ready(cluster, namespace, name)
     pods = worker_pods(cluster, namespace, name)
-    spec = ic(cluster, namespace, name)["spec"]
+    spec = cluster.ic(namespace, name)["spec"]
     assert len(pods) == spec["prefill"]["replicas"] + spec["decode"]["replicas"]
     for pod in pods:
         labels = node_labels(cluster, pod)
@@ -280,8 +245,8 @@ def test_example_lands_on_its_gpus_and_becomes_ready(
         gpus = str(spec[role].get("gpusPerWorker", spec[role].get("tensorParallelSize", 1)))
         assert container["resources"]["limits"] == {"nvidia.com/gpu": gpus, "rdma/ib": gpus}
         assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
-    status = ic(cluster, namespace, name)
-    assert condition(status, "NVLinkLocal") == {}  # only NVLink-domain profiles report it
+    status = cluster.ic(namespace, name)
+    assert cluster.condition(status, "NVLinkLocal") == {}  # only NVLink-domain profiles report it
     assert_applied_objects_validate(cluster, namespace, name)
 
 
@@ -303,40 +268,39 @@ def test_gb200_cluster_stays_in_one_nvlink_domain_and_reports_a_split(
     # Whole-tray decode workers hold an allocated IMEX channel of their own tray.
     for pod in (p for p in pods if p["metadata"]["labels"]["tandem.dev/role"] == "decode"):
         (claim_status,) = pod["status"]["resourceClaimStatuses"]
-        claim = get_json(
-            cluster, "resourceclaim", claim_status["resourceClaimName"], "-n", namespace
+        claim = cluster.get_json(
+            "resourceclaim", claim_status["resourceClaimName"], "-n", namespace
         )
         (result,) = claim["status"]["allocation"]["devices"]["results"]
         assert (result["pool"], result["device"]) == (pod["spec"]["nodeName"], "channel-0")
-    local = condition(ic(cluster, namespace, name), "NVLinkLocal")
+    local = cluster.condition(cluster.ic(namespace, name), "NVLinkLocal")
     assert (local["status"], local["reason"]) == ("True", "SameNVLinkDomain")
     assert_applied_objects_validate(cluster, namespace, name)
 
     # 2 more decode trays: 20 GPUs do not fit one simulated domain (4 trays x 4 GPUs).
-    patch_ic(cluster, namespace, name, {"decode": {"replicas": 4}})
+    cluster.patch_ic(namespace, name, {"decode": {"replicas": 4}})
 
     def split() -> bool:
-        obj = ic(cluster, namespace, name)
-        return condition(obj, "NVLinkLocal").get("reason") == "SplitAcrossNVLinkDomains"
+        obj = cluster.ic(namespace, name)
+        return cluster.condition(obj, "NVLinkLocal").get("reason") == "SplitAcrossNVLinkDomains"
 
     eventually(split, "NVLinkLocal=False (SplitAcrossNVLinkDomains)")
     wait_ready(cluster, namespace, name)  # visible, never Ready-blocking
-    obj = ic(cluster, namespace, name)
-    assert condition(obj, "Degraded")["status"] == "False"
-    assert "over RDMA" in condition(obj, "NVLinkLocal")["message"]
+    obj = cluster.ic(namespace, name)
+    assert cluster.condition(obj, "Degraded")["status"] == "False"
+    assert "over RDMA" in cluster.condition(obj, "NVLinkLocal")["message"]
     assert (
         len({node_labels(cluster, p)[CLIQUE] for p in worker_pods(cluster, namespace, name)}) == 2
     )
 
     # Without whole-tray workers nobody claims the channel: the ComputeDomain is pruned.
-    patch_ic(
-        cluster,
+    cluster.patch_ic(
         namespace,
         name,
         {"decode": {"replicas": 2, "tensorParallelSize": 1, "gpusPerWorker": 1}},
     )
     eventually(
-        lambda: not items(cluster, "computedomains", "-n", namespace), "the ComputeDomain pruned"
+        lambda: not cluster.items("computedomains", "-n", namespace), "the ComputeDomain pruned"
     )
     wait_ready(cluster, namespace, name)
 
@@ -357,32 +321,32 @@ def test_a_gpu_too_small_is_rejected_with_the_numbers(env: Env, namespace: str) 
     )
 
     def refused() -> bool:
-        return condition(ic(cluster, namespace, name), "Degraded").get("reason") == (
+        return cluster.condition(cluster.ic(namespace, name), "Degraded").get("reason") == (
             "InsufficientGPUMemory"
         )
 
     eventually(refused, "Degraded=InsufficientGPUMemory")
-    obj = ic(cluster, namespace, name)
-    message = condition(obj, "Degraded")["message"]
+    obj = cluster.ic(namespace, name)
+    message = cluster.condition(obj, "Degraded")["message"]
     for needle in ("decode pool", "gpt-oss-120b at TP1 on NVIDIA H100", "does not fit", "GiB"):
         assert needle in message, message
     assert "TP2 would fit" in message
-    assert condition(obj, "Ready")["status"] == "False"
+    assert cluster.condition(obj, "Ready")["status"] == "False"
     # Nothing of the refused generation exists: no pool, no workload, no pod.
     for kind in ("workerpools", "deployments", "pods"):
-        assert not items(cluster, kind, "-n", namespace, "-l", f"tandem.dev/cluster={name}")
+        assert not cluster.items(kind, "-n", namespace, "-l", f"tandem.dev/cluster={name}")
 
     # Taking the advice rolls the cluster out.
-    patch_ic(cluster, namespace, name, {"decode": {"tensorParallelSize": 2, "gpusPerWorker": 2}})
+    cluster.patch_ic(namespace, name, {"decode": {"tensorParallelSize": 2, "gpusPerWorker": 2}})
     wait_ready(cluster, namespace, name)
-    generation = ic(cluster, namespace, name)["metadata"]["generation"]
+    generation = cluster.ic(namespace, name)["metadata"]["generation"]
 
     # An edit that does not fit leaves the running generation alone.
-    patch_ic(cluster, namespace, name, {"decode": {"tensorParallelSize": 1, "gpusPerWorker": 1}})
+    cluster.patch_ic(namespace, name, {"decode": {"tensorParallelSize": 1, "gpusPerWorker": 1}})
     eventually(refused, "Degraded=InsufficientGPUMemory after the edit")
-    obj = ic(cluster, namespace, name)
+    obj = cluster.ic(namespace, name)
     assert obj["status"]["observedGeneration"] == generation
-    decode = get_json(cluster, "deploy", f"{name}-decode", "-n", namespace)
+    decode = cluster.get_json("deploy", f"{name}-decode", "-n", namespace)
     limits = decode["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == "2"
     assert decode["status"]["readyReplicas"] == 2

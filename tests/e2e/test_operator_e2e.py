@@ -41,7 +41,7 @@ Json = dict[str, Any]
 
 @dataclass
 class Env:
-    cluster: DevCluster
+    cluster: Any
     sa_kubeconfig: Path
     logs: Path
     operator: OperatorProcess
@@ -63,28 +63,11 @@ def helm(cluster: DevCluster, *args: str) -> str:
     return result.stdout
 
 
-def get_json(cluster: DevCluster, *args: str) -> Json:
-    out: Json = json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
-    return out
-
-
-def items(cluster: DevCluster, *args: str) -> list[Json]:
-    found: list[Json] = get_json(cluster, *args)["items"]
-    return found
-
-
-def condition(obj: Json, kind: str) -> Json:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond["type"] == kind:
-            return dict(cond)
-    return {}
-
-
 def eventually(check: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
     wait_until(check, timeout_s=timeout_s, what=what)
 
 
-def apply_file(cluster: DevCluster, path: Path, namespace: str) -> str:
+def apply_file(cluster: Any, path: Path, namespace: str) -> str:
     doc = yaml.safe_load(path.read_text())
     doc["metadata"]["namespace"] = namespace
     claim = render_model_claim(namespace, doc)  # GPU workers mount the model's PVC
@@ -100,50 +83,33 @@ def apply_file(cluster: DevCluster, path: Path, namespace: str) -> str:
     return name
 
 
-def patch_ic(cluster: DevCluster, namespace: str, name: str, spec: Json) -> None:
-    cluster.kubectl(
-        "patch", "ic", name, "-n", namespace, "--type=merge", "-p", json.dumps({"spec": spec})
-    )
+def wait_ready(cluster: Any, namespace: str, name: str, timeout_s: float = WAIT_S) -> None:
+    eventually(lambda: cluster.is_ready(namespace, name), f"{namespace}/{name} Ready", timeout_s)
 
 
-def ic(cluster: DevCluster, namespace: str, name: str) -> Json:
-    return get_json(cluster, "ic", name, "-n", namespace)
-
-
-def is_ready(cluster: DevCluster, namespace: str, name: str) -> bool:
-    obj = ic(cluster, namespace, name)
-    status = obj.get("status") or {}
-    return (
-        condition(obj, "Ready").get("status") == "True"
-        and status.get("observedGeneration") == obj["metadata"]["generation"]
-    )
-
-
-def wait_ready(cluster: DevCluster, namespace: str, name: str, timeout_s: float = WAIT_S) -> None:
-    eventually(lambda: is_ready(cluster, namespace, name), f"{namespace}/{name} Ready", timeout_s)
-
-
-def assert_event(cluster: DevCluster, namespace: str, name: str, reason: str) -> None:
+def assert_event(cluster: Any, namespace: str, name: str, reason: str) -> None:
     """Events follow the status write that caused them: poll for them."""
 
     def recorded() -> bool:
-        events = items(cluster, "events", "-n", namespace, "--field-selector", f"reason={reason}")
+        events = cluster.items("events", "-n", namespace, "--field-selector", f"reason={reason}")
         return any(e["involvedObject"]["name"] == name for e in events)
 
     eventually(recorded, f"a {reason} event for {name}", timeout_s=10)
 
 
-def children(cluster: DevCluster, namespace: str, name: str, kind: str) -> list[Json]:
-    return items(cluster, kind, "-n", namespace, "-l", f"tandem.dev/cluster={name}")
+def children(cluster: Any, namespace: str, name: str, kind: str) -> list[Json]:
+    return cluster.items(kind, "-n", namespace, "-l", f"tandem.dev/cluster={name}")
 
 
-def replicas_of(cluster: DevCluster, kind: str, namespace: str, name: str) -> int:
-    value: int = get_json(cluster, kind, name, "-n", namespace)["spec"]["replicas"]
+def replicas_of(cluster: Any, kind: str, namespace: str, name: str) -> int:
+    value: int = cluster.get_json(kind, name, "-n", namespace)["spec"]["replicas"]
     return value
 
 
 @pytest.fixture(scope="module")
-def env(k8s_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+def env(
+    k8s_cluster: DevCluster, e2e_cluster: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Env]:
     logs = tmp_path_factory.mktemp("operator")
     helm(k8s_cluster, "install", RELEASE, str(CHART), "-n", SYSTEM_NS, "--create-namespace")
     for crd in ("inferenceclusters.tandem.dev", "workerpools.tandem.dev"):
@@ -155,7 +121,7 @@ def env(k8s_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> It
     first = OperatorProcess(
         sa_kubeconfig, log_path=logs / "operator-a.log", lease_namespace=SYSTEM_NS, identity="a"
     ).start()
-    environment = Env(k8s_cluster, sa_kubeconfig, logs, first)
+    environment = Env(e2e_cluster, sa_kubeconfig, logs, first)
     try:
         first.wait_ready()
         eventually(lambda: first.metric("tandem_operator_leader") == 1, "operator a to lead")
@@ -181,13 +147,13 @@ def namespace(env: Env, request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def test_chart_installs_the_operator_with_its_rbac(env: Env) -> None:
-    deployment = get_json(env.cluster, "deployment", "tandem-operator", "-n", SYSTEM_NS)
+    deployment = env.cluster.get_json("deployment", "tandem-operator", "-n", SYSTEM_NS)
     assert deployment["spec"]["replicas"] == 2
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert deployment["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
     # The in-cluster replicas run no containers here (kwok); ours holds the shared Lease.
-    lease = get_json(env.cluster, "lease", "tandem-operator", "-n", SYSTEM_NS)
+    lease = env.cluster.get_json("lease", "tandem-operator", "-n", SYSTEM_NS)
     assert lease["spec"]["holderIdentity"] == "a"
     # The ServiceAccount may do what the operator needs and nothing broader.
     can = env.cluster.kubectl(
@@ -207,11 +173,11 @@ def test_reference_cluster_becomes_ready_with_every_child(env: Env, namespace: s
 
     row = cluster.kubectl("get", "ic", name, "-n", namespace, "--no-headers").stdout.split()
     assert row[:4] == [name, "True", "1", "1"], row
-    status = ic(cluster, namespace, name)["status"]
+    status = cluster.ic(namespace, name)["status"]
     assert status["pools"]["prefill"] == {"desired": 1, "replicas": 1, "ready": 1, "updated": 1}
     assert status["pools"]["decode"] == {"desired": 1, "replicas": 1, "ready": 1, "updated": 1}
     assert status["endpoint"] == f"http://{name}-frontend.{namespace}.svc:8000"
-    uid = ic(cluster, namespace, name)["metadata"]["uid"]
+    uid = cluster.ic(namespace, name)["metadata"]["uid"]
 
     pools = {p["metadata"]["name"]: p for p in children(cluster, namespace, name, "workerpools")}
     assert set(pools) == {f"{name}-prefill", f"{name}-decode"}
@@ -234,7 +200,7 @@ def test_reference_cluster_becomes_ready_with_every_child(env: Env, namespace: s
     assert len(pods) == 3
     for pod in pods:
         assert pod["status"]["phase"] == "Running"
-        node = get_json(cluster, "node", pod["spec"]["nodeName"])
+        node = cluster.get_json("node", pod["spec"]["nodeName"])
         assert node["metadata"]["labels"]["tandem.dev/accelerator"] == "cpu"
 
     assert_event(cluster, namespace, name, "Ready")
@@ -244,26 +210,26 @@ def test_editing_the_spec_converges(env: Env, namespace: str) -> None:
     cluster = env.cluster
     name = apply_file(cluster, EXAMPLES / "reference-cpu.yaml", namespace)
     wait_ready(cluster, namespace, name)
-    before = get_json(cluster, "deploy", f"{name}-decode", "-n", namespace)
+    before = cluster.get_json("deploy", f"{name}-decode", "-n", namespace)
     config_hash = before["spec"]["template"]["metadata"]["annotations"]["tandem.dev/config-hash"]
 
-    patch_ic(cluster, namespace, name, {"decode": {"replicas": 2}})
+    cluster.patch_ic(namespace, name, {"decode": {"replicas": 2}})
     wait_ready(cluster, namespace, name)
     assert replicas_of(cluster, "deploy", namespace, f"{name}-decode") == 2
-    assert ic(cluster, namespace, name)["status"]["pools"]["decode"]["ready"] == 2
+    assert cluster.ic(namespace, name)["status"]["pools"]["decode"]["ready"] == 2
 
     # An engine option of the decode pool changes its config document: its pods roll,
     # the prefill pool's do not.
-    prefill_before = get_json(cluster, "deploy", f"{name}-prefill", "-n", namespace)
-    patch_ic(cluster, namespace, name, {"decode": {"engineOptions": {"seed": 7}}})
+    prefill_before = cluster.get_json("deploy", f"{name}-prefill", "-n", namespace)
+    cluster.patch_ic(namespace, name, {"decode": {"engineOptions": {"seed": 7}}})
     wait_ready(cluster, namespace, name)
-    after = get_json(cluster, "deploy", f"{name}-decode", "-n", namespace)
+    after = cluster.get_json("deploy", f"{name}-decode", "-n", namespace)
     assert after["spec"]["template"]["metadata"]["annotations"]["tandem.dev/config-hash"] != (
         config_hash
     )
-    config = get_json(cluster, "configmap", f"{name}-config", "-n", namespace)
+    config = cluster.get_json("configmap", f"{name}-config", "-n", namespace)
     assert json.loads(config["data"]["decode.json"])["engine"]["options"] == {"seed": 7}
-    prefill_after = get_json(cluster, "deploy", f"{name}-prefill", "-n", namespace)
+    prefill_after = cluster.get_json("deploy", f"{name}-prefill", "-n", namespace)
     assert prefill_after["metadata"]["generation"] == prefill_before["metadata"]["generation"]
 
 
@@ -285,7 +251,7 @@ def test_scaling_a_pool_is_kept_with_external_autoscaling(env: Env, namespace: s
     cluster = env.cluster
     name = apply_file(cluster, EXAMPLES / "reference-cpu.yaml", namespace)
     wait_ready(cluster, namespace, name)
-    patch_ic(cluster, namespace, name, {"autoscaling": {"enabled": True, "mode": "external"}})
+    cluster.patch_ic(namespace, name, {"autoscaling": {"enabled": True, "mode": "external"}})
     wait_ready(cluster, namespace, name)
     pool = f"{name}-decode"
     # Handing over must not reset the size (server-side apply would drop a released field
@@ -299,7 +265,7 @@ def test_scaling_a_pool_is_kept_with_external_autoscaling(env: Env, namespace: s
     )
     eventually(
         lambda: (
-            ic(cluster, namespace, name)["status"]["pools"]["decode"]
+            cluster.ic(namespace, name)["status"]["pools"]["decode"]
             == {"desired": 2, "replicas": 2, "ready": 2, "updated": 2}
         ),
         "status to count the new size",
@@ -308,7 +274,7 @@ def test_scaling_a_pool_is_kept_with_external_autoscaling(env: Env, namespace: s
     assert replicas_of(cluster, "workerpool", namespace, pool) == 2
 
     # Turning autoscaling off gives the size back to the spec.
-    patch_ic(cluster, namespace, name, {"autoscaling": {"enabled": False}})
+    cluster.patch_ic(namespace, name, {"autoscaling": {"enabled": False}})
     eventually(
         lambda: replicas_of(cluster, "workerpool", namespace, pool) == 1, "spec size restored"
     )
@@ -324,38 +290,38 @@ def test_gpu_cluster_lands_on_matching_gpu_nodes_and_reports_exhaustion(
     name = apply_file(cluster, EXAMPLES / "gpt-oss-20b-h100.yaml", namespace)
     wait_ready(cluster, namespace, name)
     for role in ("prefill", "decode"):
-        pods = items(cluster, "pods", "-n", namespace, "-l", f"tandem.dev/role={role}")
+        pods = cluster.items("pods", "-n", namespace, "-l", f"tandem.dev/role={role}")
         assert len(pods) == 2
         for pod in pods:
-            node = get_json(cluster, "node", pod["spec"]["nodeName"])
+            node = cluster.get_json("node", pod["spec"]["nodeName"])
             assert node["metadata"]["labels"]["nvidia.com/gpu.product"].startswith("NVIDIA-H100")
             limits = pod["spec"]["containers"][0]["resources"]["limits"]
             assert limits["nvidia.com/gpu"] == "1"
 
     # The simulated cluster has 2 H100 nodes x 8 GPUs; ask for more than that.
-    patch_ic(cluster, namespace, name, {"decode": {"replicas": 20, "maxReplicas": 24}})
+    cluster.patch_ic(namespace, name, {"decode": {"replicas": 20, "maxReplicas": 24}})
 
     def reports_insufficient_gpu() -> bool:
-        obj = ic(cluster, namespace, name)
-        degraded = condition(obj, "Degraded")
+        obj = cluster.ic(namespace, name)
+        degraded = cluster.condition(obj, "Degraded")
         return (
             degraded.get("reason") == "InsufficientGPU"
-            and condition(obj, "Ready").get("status") == "False"
+            and cluster.condition(obj, "Ready").get("status") == "False"
             and obj["status"].get("observedGeneration") == obj["metadata"]["generation"]
         )
 
     eventually(reports_insufficient_gpu, "Degraded=InsufficientGPU")
-    obj = ic(cluster, namespace, name)
-    assert "Insufficient nvidia.com/gpu" in condition(obj, "Degraded")["message"]
-    assert condition(obj, "Ready")["reason"] == "InsufficientGPU"
+    obj = cluster.ic(namespace, name)
+    assert "Insufficient nvidia.com/gpu" in cluster.condition(obj, "Degraded")["message"]
+    assert cluster.condition(obj, "Ready")["reason"] == "InsufficientGPU"
     assert obj["status"]["pools"]["decode"]["ready"] < 20
     assert_event(cluster, namespace, name, "InsufficientGPU")
 
-    patch_ic(cluster, namespace, name, {"decode": {"replicas": 2}})
+    cluster.patch_ic(namespace, name, {"decode": {"replicas": 2}})
     wait_ready(cluster, namespace, name)
     # The pending pods leave with the scale-down; the next pass clears Degraded.
     eventually(
-        lambda: condition(ic(cluster, namespace, name), "Degraded").get("status") == "False",
+        lambda: cluster.condition(cluster.ic(namespace, name), "Degraded").get("status") == "False",
         "Degraded=False after the scale-down",
     )
     assert_event(cluster, namespace, name, "Recovered")
@@ -368,7 +334,7 @@ def test_multi_node_pool_renders_a_leader_worker_set(env: Env, namespace: str) -
         pytest.skip("the LeaderWorkerSet CRD was not built (tests/cluster/build.sh)")
     name = apply_file(cluster, EXAMPLES / "gpt-oss-20b-h100.yaml", namespace)
     wait_ready(cluster, namespace, name)
-    patch_ic(cluster, namespace, name, {"decode": {"nodesPerWorker": 2}})
+    cluster.patch_ic(namespace, name, {"decode": {"nodesPerWorker": 2}})
     eventually(
         lambda: bool(children(cluster, namespace, name, "leaderworkersets")), "a LeaderWorkerSet"
     )
@@ -383,7 +349,7 @@ def test_multi_node_pool_renders_a_leader_worker_set(env: Env, namespace: str) -
         ),
         "the decode Deployment to be pruned",
     )
-    assert condition(ic(cluster, namespace, name), "Ready")["status"] == "False"
+    assert cluster.condition(cluster.ic(namespace, name), "Ready")["status"] == "False"
 
 
 # --------------------------------------------------------------------------- API

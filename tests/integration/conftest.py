@@ -1,4 +1,5 @@
-"""Shared by the integration tests that SIGKILL a worker while requests stream in."""
+"""Shared by the integration tests: worker processes started and stopped for a test, and
+SIGKILLing a worker while requests stream in."""
 
 from __future__ import annotations
 
@@ -6,13 +7,17 @@ import asyncio
 import os
 import re
 import signal
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+
+from tandem.worker.client import WorkerClient
 
 _DECISION = re.compile(
     r'^tandem_router_prefill_decisions_total\{path="(\w+)",reason="(\w+)"\} (\S+)$',
@@ -77,3 +82,84 @@ def kill_mid_traffic() -> Callable[..., KillOutcome]:
     """``kill_mid_traffic(endpoint, pid, total=, concurrency=, kill_after=, body_for=,
     timeout_s=) -> KillOutcome`` (a fixture because test modules cannot import each other)."""
     return _kill_mid_traffic
+
+
+class WorkerProcess:
+    """One ``python -m tandem.worker`` that printed ``READY <port>``, with a client to it.
+
+    ``stop_grace_s``: how long ``stop`` lets it drain after SIGTERM before SIGKILL; None
+    kills it straight away."""
+
+    def __init__(
+        self, proc: asyncio.subprocess.Process, port: int, log: Path, stop_grace_s: float | None
+    ) -> None:
+        self.proc, self.port, self.log = proc, port, log
+        self.stop_grace_s = stop_grace_s
+        self.client = WorkerClient(f"127.0.0.1:{port}", timeout_s=30.0, decode_timeout_s=60.0)
+
+    async def stop(self) -> None:
+        await self.client.close()
+        if self.proc.returncode is None:
+            if self.stop_grace_s is None:
+                self.proc.kill()
+            else:
+                self.proc.terminate()
+                try:
+                    await asyncio.wait_for(self.proc.wait(), self.stop_grace_s)
+                except TimeoutError:
+                    self.proc.kill()
+        await self.proc.wait()
+
+
+class WorkerLauncher:
+    """Starts worker processes, waits for each one's READY line, and stops them all."""
+
+    def __init__(self) -> None:
+        self.started: list[WorkerProcess] = []
+
+    async def start(
+        self,
+        worker_id: str,
+        args: Sequence[str],
+        *,
+        log: Path,
+        env: Mapping[str, str],
+        stop_grace_s: float | None = None,
+    ) -> WorkerProcess:
+        """``python -m tandem.worker *args`` with stderr in ``log``; fails with the log's
+        tail if it exits before serving."""
+        with log.open("wb") as stderr:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "tandem.worker",
+                *args,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=stderr,
+                env=dict(env),
+            )
+        assert proc.stdout is not None
+        async with asyncio.timeout(60):
+            while True:
+                line = (await proc.stdout.readline()).decode()
+                if not line:
+                    text = await asyncio.to_thread(log.read_text)
+                    raise AssertionError(f"{worker_id} exited early:\n{text[-3000:]}")
+                if line.startswith("READY "):
+                    break
+        worker = WorkerProcess(proc, int(line.split()[1]), log, stop_grace_s)
+        self.started.append(worker)
+        return worker
+
+    async def stop_all(self) -> None:
+        for worker in self.started:
+            await worker.stop()
+
+
+@pytest.fixture
+async def worker_launcher() -> AsyncIterator[WorkerLauncher]:
+    """A ``WorkerLauncher`` whose workers are stopped after the test (a fixture because
+    test modules cannot import each other)."""
+    launcher = WorkerLauncher()
+    yield launcher
+    await launcher.stop_all()

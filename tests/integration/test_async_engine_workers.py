@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,75 +33,38 @@ SAMPLING = SamplingParams(max_tokens=12)
 PROMPT_LENGTHS = (1, 31, 32, 33, 257, 4096, 32_768)
 
 
-class WorkerProcess:
-    def __init__(self, proc: asyncio.subprocess.Process, port: int, log: Path) -> None:
-        self.proc, self.port, self.log = proc, port, log
-        self.client = WorkerClient(f"127.0.0.1:{port}", timeout_s=30.0, decode_timeout_s=60.0)
-
-    async def stop(self) -> None:
-        await self.client.close()
-        if self.proc.returncode is None:
-            self.proc.terminate()
-            try:
-                await asyncio.wait_for(self.proc.wait(), 20)
-            except TimeoutError:
-                self.proc.kill()
-        await self.proc.wait()
-
-
 class Workers:
-    def __init__(self, tmp: Path) -> None:
+    """Starts trtllm workers configured as the operator configures them."""
+
+    def __init__(self, tmp: Path, launcher: Any) -> None:
         self.tmp = tmp
+        self.launcher = launcher
         self.fabric = tmp / "fabric"
         self.fabric.mkdir()
-        self.started: list[WorkerProcess] = []
 
-    async def start(self, role: PoolRole, worker_id: str) -> WorkerProcess:
+    async def start(self, role: PoolRole, worker_id: str) -> Any:
         cluster = load_inference_cluster(EXAMPLE)
         config = self.tmp / f"{role.value}.json"
         config.write_text(dump_config(render_worker_config(cluster, role)))
-        log = self.tmp / f"{worker_id}.log"
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(FAKES), os.environ.get("PYTHONPATH", "")]),
             "TANDEM_FAKE_TRTLLM_FABRIC_DIR": str(self.fabric),
         }
-        with log.open("wb") as stderr:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "tandem.worker",
-                f"--config={config}",
-                "--engine=trtllm",
-                f"--worker-id={worker_id}",
-                "--port=0",
-                "--rpc-timeout-s=10",
-                stdout=asyncio.subprocess.PIPE,
-                stderr=stderr,
-                env=env,
-            )
-        assert proc.stdout is not None
-        async with asyncio.timeout(60):
-            while True:
-                line = (await proc.stdout.readline()).decode()
-                if not line:
-                    raise AssertionError(f"{worker_id} exited early:\n{log.read_text()[-3000:]}")
-                if line.startswith("READY "):
-                    break
-        worker = WorkerProcess(proc, int(line.split()[1]), log)
-        self.started.append(worker)
-        return worker
-
-    async def stop(self) -> None:
-        for worker in self.started:
-            await worker.stop()
+        args = [
+            f"--config={config}",
+            "--engine=trtllm",
+            f"--worker-id={worker_id}",
+            "--port=0",
+            "--rpc-timeout-s=10",
+        ]
+        log = self.tmp / f"{worker_id}.log"
+        return await self.launcher.start(worker_id, args, log=log, env=env, stop_grace_s=20)
 
 
 @pytest.fixture
-async def workers(tmp_path: Path) -> AsyncIterator[Workers]:
-    started = Workers(tmp_path)
-    yield started
-    await started.stop()
+def workers(tmp_path: Path, worker_launcher: Any) -> Workers:
+    return Workers(tmp_path, worker_launcher)
 
 
 def prompt_of(length: int, seed: int) -> list[int]:

@@ -11,9 +11,8 @@ import json
 import os
 import signal
 import socket
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -65,69 +64,34 @@ def prompt_of(length: int, seed: int) -> list[int]:
 PROMPTS = [(f"req-{i}-{n}", prompt_of(n, seed=i)) for i, n in enumerate(prompt_lengths())]
 
 
-class WorkerProcess:
-    def __init__(self, proc: asyncio.subprocess.Process, port: int, log: Path) -> None:
-        self.proc, self.port, self.log = proc, port, log
-        self.client = WorkerClient(f"127.0.0.1:{port}", timeout_s=30.0, decode_timeout_s=60.0)
-
-    async def stop(self) -> None:
-        await self.client.close()
-        if self.proc.returncode is None:
-            self.proc.kill()
-        await self.proc.wait()
-
-
 class Cluster:
-    """Starts worker processes and always stops them."""
+    """Starts reference-engine workers with the test's engine and KV backend."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, launcher: Any) -> None:
         self.tmp = tmp
-        self.workers: list[WorkerProcess] = []
+        self.launcher = launcher
 
     async def start(
         self, role: str, worker_id: str, backend: str, port: int = 0, *extra: str
-    ) -> WorkerProcess:
-        log = self.tmp / f"{worker_id}-{len(self.workers)}.log"
+    ) -> Any:
+        log = self.tmp / f"{worker_id}-{len(self.launcher.started)}.log"
         env = {**os.environ, "UCX_NET_DEVICES": "lo"}  # loopback only
-        with log.open("wb") as stderr:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "tandem.worker",
-                f"--role={role}",
-                f"--worker-id={worker_id}",
-                f"--port={port}",
-                f"--engine-options={json.dumps(ENGINE)}",
-                f"--kv-backend={backend}",
-                "--kv-transfer-timeout-s=10",
-                "--rpc-timeout-s=10",
-                *extra,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=stderr,
-                env=env,
-            )
-        assert proc.stdout is not None
-        async with asyncio.timeout(60):
-            while True:
-                line = (await proc.stdout.readline()).decode()
-                if not line:
-                    raise AssertionError(f"{worker_id} exited early:\n{log.read_text()[-3000:]}")
-                if line.startswith("READY "):
-                    break
-        worker = WorkerProcess(proc, int(line.split()[1]), log)
-        self.workers.append(worker)
-        return worker
-
-    async def stop(self) -> None:
-        for worker in self.workers:
-            await worker.stop()
+        args = [
+            f"--role={role}",
+            f"--worker-id={worker_id}",
+            f"--port={port}",
+            f"--engine-options={json.dumps(ENGINE)}",
+            f"--kv-backend={backend}",
+            "--kv-transfer-timeout-s=10",
+            "--rpc-timeout-s=10",
+            *extra,
+        ]
+        return await self.launcher.start(worker_id, args, log=log, env=env)
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    cluster = Cluster(tmp_path)
-    yield cluster
-    await cluster.stop()
+def cluster(tmp_path: Path, worker_launcher: Any) -> Cluster:
+    return Cluster(tmp_path, worker_launcher)
 
 
 async def decode_tokens(
@@ -150,7 +114,7 @@ async def decode_tokens(
 
 
 async def disaggregated(
-    prefill: WorkerProcess, decode: WorkerProcess, request_id: str, prompt: list[int]
+    prefill: Any, decode: Any, request_id: str, prompt: list[int]
 ) -> tuple[list[int], int, PrefillReply]:
     reply = await prefill.client.prefill(request_id, prompt, SAMPLING)
     if reply.kv is None:  # the first token already ended it

@@ -119,29 +119,25 @@ GB200_TRAY = MachineShape(
     gpu=GB200,
     rdma=4,
 )
-# HGX/DGX-style 8-GPU x86 servers with one RDMA NIC per GPU.
-B200_SERVER = MachineShape(
-    instance_type="b200-8gpu",
-    arch="amd64",
-    cpu=224,
-    memory_gi=2048,
-    reserved_cpu=4,
-    reserved_memory_gi=32,
-    gpus=8,
-    gpu=B200,
-    rdma=8,
-)
-H100_SERVER = MachineShape(
-    instance_type="h100-8gpu",
-    arch="amd64",
-    cpu=224,
-    memory_gi=2048,
-    reserved_cpu=4,
-    reserved_memory_gi=32,
-    gpus=8,
-    gpu=H100,
-    rdma=8,
-)
+
+
+def _hgx_server(instance_type: str, gpu: GpuModel) -> MachineShape:
+    """An HGX/DGX-style 8-GPU x86 server with one RDMA NIC per GPU."""
+    return MachineShape(
+        instance_type=instance_type,
+        arch="amd64",
+        cpu=224,
+        memory_gi=2048,
+        reserved_cpu=4,
+        reserved_memory_gi=32,
+        gpus=8,
+        gpu=gpu,
+        rdma=8,
+    )
+
+
+B200_SERVER = _hgx_server("b200-8gpu", B200)
+H100_SERVER = _hgx_server("h100-8gpu", H100)
 CPU_SERVER = MachineShape(
     instance_type="cpu-32",
     arch="amd64",
