@@ -74,6 +74,8 @@ def k8s_cluster(
             bin_dir=cluster_binaries.bin_dir,
             # Later tiers render LeaderWorkerSets; install the CRD whenever it was built.
             with_lws=cluster_binaries.lws_crd is not None,
+            # A crashed or killed pytest must not leave a control plane running.
+            tie_to_parent=True,
         )
     )
     try:

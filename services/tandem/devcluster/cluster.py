@@ -52,6 +52,9 @@ class StartOptions:
     timeout_s: float = 180.0
     # The admin bearer token; a random one when None.
     token: str | None = None
+    # Stop every component when the starting process dies (test sessions); off for
+    # `tandem dev cluster up`, whose cluster outlives the command.
+    tie_to_parent: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +72,8 @@ class DevCluster:
     layout: StateLayout
     state: ClusterState
     kubectl_path: Path
+    # See StartOptions.tie_to_parent.
+    tie_to_parent: bool = False
     # Popen handles of the processes this Python process started, so their exit status is
     # collected; empty when attached to a cluster started by another process.
     _children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -162,7 +167,9 @@ class DevCluster:
 
     def _launch(self, component: Component) -> None:
         log_path = self.layout.log_file(component.name)
-        child = processes.spawn(component.name, component.argv, log_path)
+        child = processes.spawn(
+            component.name, component.argv, log_path, tie_to_parent=self.tie_to_parent
+        )
         self._children[component.name] = child
         record = processes.record_of(component.name, child, log_path)
         self.state = self.state.model_copy(update={"processes": (*self.state.processes, record)})
@@ -233,7 +240,12 @@ def start_cluster(
         started_at=time.time(),
     )
     save_state(layout, state)
-    cluster = DevCluster(layout=layout, state=state, kubectl_path=bins.kubectl)
+    cluster = DevCluster(
+        layout=layout,
+        state=state,
+        kubectl_path=bins.kubectl,
+        tie_to_parent=options.tie_to_parent,
+    )
     try:
         _bring_up(cluster, bins, pki, ports, token, profile, deadline, report)
     except BaseException as err:

@@ -4,11 +4,16 @@ Each component runs in its own session (``start_new_session=True``), so its pid 
 process-group id: stopping signals the whole group and nothing forked by a component is
 left behind. A record keeps the kernel start time of the process next to its pid, so a
 later ``down`` never signals an unrelated process that reused the pid. Linux only (/proc).
+
+A child can also be tied to the process that started it (``die_with_parent``): the kernel
+sends it SIGTERM when that process dies, however it dies, so a crashed test run or
+supervisor leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -18,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _POLL_INTERVAL_S = 0.05
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +36,19 @@ class ProcessRecord:
     log: str
 
 
-def spawn(name: str, argv: Sequence[str], log_path: Path) -> subprocess.Popen[bytes]:
-    """Start ``argv`` detached in a new session, stdout and stderr appended to ``log_path``."""
+def die_with_parent() -> None:
+    """In a child, before exec: get SIGTERM when the parent dies (``preexec_fn``).
+
+    Only calls prctl(2), which is safe between fork and exec."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def spawn(
+    name: str, argv: Sequence[str], log_path: Path, *, tie_to_parent: bool = False
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a new session, stdout and stderr appended to ``log_path``;
+    with ``tie_to_parent`` it is stopped when this process dies."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         # The child keeps its own copy of the descriptor; ours can close right away.
@@ -42,6 +59,7 @@ def spawn(name: str, argv: Sequence[str], log_path: Path) -> subprocess.Popen[by
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
+            preexec_fn=die_with_parent if tie_to_parent else None,
         )
 
 

@@ -20,7 +20,6 @@ Functions registered in ``tick_hooks`` run on every supervision round.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -33,13 +32,12 @@ from pathlib import Path
 
 from tandem.api.v1alpha1 import InferenceCluster, PoolRole
 from tandem.devcluster.ports import allocate_ports
-from tandem.devcluster.processes import record_of, stop
+from tandem.devcluster.processes import die_with_parent, record_of, stop
 from tandem.router.membership import Member, write_members
 from tandem.router.policy import WorkerRole
 from tandem.runtime.plan import LocalPlan, ProcessSpec, plan_worker
 from tandem.runtime.state import ClusterState, Phase, ProcessState, write_state
 
-_PR_SET_PDEATHSIG = 1
 _POLL_S = 0.1
 _MAX_BACKOFF_S = 30.0
 _READY_PREFIX = "READY "
@@ -224,7 +222,7 @@ class Supervisor:
                 start_new_session=True,
                 close_fds=True,
                 env={**os.environ, **dict(spec.env)},
-                preexec_fn=_die_with_parent,  # only calls prctl; see _die_with_parent
+                preexec_fn=die_with_parent,  # only calls prctl(2)
             )
         child = _Child(spec=spec, popen=popen, log_offset=offset)
         self._children[spec.name] = child
@@ -347,9 +345,3 @@ def _tail(path: Path, lines: int = 20) -> str:
 def _start_ticks(pid: int) -> int:
     raw = Path(f"/proc/{pid}/stat").read_text()
     return int(raw[raw.rindex(")") + 2 :].split()[19])
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the supervisor dies."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from tandem.devcluster import processes
 from tandem.devcluster.ports import allocate_ports
@@ -95,3 +100,39 @@ def _exited_or_zombie(pid: int) -> bool:
     except OSError:
         return True
     return stat[stat.rindex(")") + 2] == "Z"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return state[state.rindex(")") + 2] != "Z"  # a zombie has already died
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_tied_child_dies_with_the_process_that_started_it(tmp_path: Path, tied: bool) -> None:
+    # An intermediate parent spawns `sleep`, reports its pid, then is SIGKILLed: no
+    # teardown runs, exactly like a crashed pytest.
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from tandem.devcluster.processes import spawn\n"
+        f"child = spawn('s', ['sleep', '60'], Path({str(tmp_path / 'log')!r}), "
+        f"tie_to_parent={tied})\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child_pid = int(parent.stdout.readline())
+    try:
+        parent.kill()
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while _alive(child_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _alive(child_pid) is (not tied)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child_pid, signal.SIGKILL)
