@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Generator, Iterator
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -100,6 +102,9 @@ def pytest_runtest_makereport(
 Json = dict[str, Any]
 
 
+HELM = Path(sys.executable).parent / "helm"
+
+
 class E2eCluster:
     """The session's cluster with the kubectl reads and InferenceCluster helpers the e2e
     modules share (the ``e2e_cluster`` fixture: test modules cannot import each other)."""
@@ -109,6 +114,13 @@ class E2eCluster:
 
     def kubectl(self, *args: str, **options: Any) -> subprocess.CompletedProcess[str]:
         return self.dev.kubectl(*args, **options)
+
+    def helm(self, *args: str) -> str:
+        """Run the venv's helm against this cluster; a failure fails the test with stderr."""
+        argv = [str(HELM), f"--kubeconfig={self.dev.kubeconfig}", *args]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
+        assert result.returncode == 0, f"helm {' '.join(args)}:\n{result.stderr}"
+        return result.stdout
 
     def get_json(self, *args: str) -> Json:
         out: Json = json.loads(self.kubectl("get", *args, "-o", "json").stdout)

@@ -38,7 +38,6 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "tandem"
 EXAMPLE = REPO / "manifests" / "examples" / "reference-cpu.yaml"
 H100_EXAMPLE = REPO / "manifests" / "examples" / "gpt-oss-20b-h100.yaml"
-HELM = Path(sys.executable).parent / "helm"
 RELEASE = "tandem"
 SYSTEM_NS = "tandem-system"
 SERVICE_ACCOUNT = "tandem"
@@ -47,27 +46,8 @@ TOKEN_DELAY_S = 0.05  # null decode workers: 120 tokens = a 6 s stream
 Json = dict[str, Any]
 
 
-def helm(cluster: DevCluster, *args: str) -> str:
-    argv = [str(HELM), f"--kubeconfig={cluster.kubeconfig}", *args]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
-    assert result.returncode == 0, f"helm {' '.join(args)}:\n{result.stderr}"
-    return result.stdout
-
-
-def get_json(cluster: DevCluster, *args: str) -> Json:
-    out: Json = json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
-    return out
-
-
 def eventually(check: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
     wait_until(check, timeout_s=timeout_s, what=what)
-
-
-def condition(obj: Json, kind: str) -> Json:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond["type"] == kind:
-            return dict(cond)
-    return {}
 
 
 # --------------------------------------------------------------------------- load
@@ -126,7 +106,7 @@ class Load:
 
 @dataclass
 class Env:
-    cluster: DevCluster
+    cluster: Any  # conftest's E2eCluster (test modules cannot import conftest)
     operator: OperatorProcess
     frontend: str  # base URL of the real frontend
 
@@ -163,9 +143,11 @@ def start_frontend(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 @pytest.fixture(scope="module")
-def env(k8s_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+def env(
+    k8s_cluster: DevCluster, e2e_cluster: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Env]:
     workdir = tmp_path_factory.mktemp("autoscaling")
-    helm(k8s_cluster, "upgrade", "--install", RELEASE, str(CHART), "-n", SYSTEM_NS,
+    e2e_cluster.helm("upgrade", "--install", RELEASE, str(CHART), "-n", SYSTEM_NS,
          "--create-namespace")  # fmt: skip
     for crd in ("inferenceclusters.tandem.dev", "workerpools.tandem.dev"):
         k8s_cluster.wait_crd_established(crd, timeout_s=WAIT_S)
@@ -184,12 +166,12 @@ def env(k8s_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> It
     try:
         operator.wait_ready()
         eventually(lambda: operator.metric("tandem_operator_leader") == 1, "the operator to lead")
-        yield Env(k8s_cluster, operator, base)
+        yield Env(e2e_cluster, operator, base)
     finally:
         operator.stop()
         os.killpg(frontend.pid, signal.SIGTERM)
         frontend.wait(timeout=60)
-        helm(k8s_cluster, "uninstall", RELEASE, "-n", SYSTEM_NS, "--wait")
+        e2e_cluster.helm("uninstall", RELEASE, "-n", SYSTEM_NS, "--wait")
         print(f"operator and frontend logs in {workdir}")
 
 
@@ -211,12 +193,11 @@ def apply_cluster(env: Env, namespace: str, name: str, spec: Json, example: Path
 
 
 def pool(env: Env, namespace: str, name: str) -> Json:
-    return get_json(env.cluster, "workerpool", name, "-n", namespace, "--show-managed-fields")
+    return env.cluster.get_json("workerpool", name, "-n", namespace, "--show-managed-fields")
 
 
 def running_pods(env: Env, namespace: str, cluster: str, role: str) -> list[Json]:
-    pods = get_json(
-        env.cluster,
+    pods = env.cluster.get_json(
         "pods",
         "-n",
         namespace,
@@ -249,8 +230,8 @@ def managers(obj: Json) -> set[str]:
 
 
 def events(env: Env, namespace: str, reason: str) -> list[Json]:
-    found: list[Json] = get_json(
-        env.cluster, "events", "-n", namespace, "--field-selector", f"reason={reason}"
+    found: list[Json] = env.cluster.get_json(
+        "events", "-n", namespace, "--field-selector", f"reason={reason}"
     )["items"]
     return found
 
@@ -286,18 +267,18 @@ def test_frontend_metrics_drive_the_decode_pool_and_pods_follow(env: Env, namesp
         decode = pool(env, namespace, f"{name}-decode")
         assert decode["status"]["lastScaleReason"] == "ActiveSequencesAboveTarget"
         assert "tandem-autoscaler" in managers(decode)
-        ic = get_json(env.cluster, "ic", name, "-n", namespace)
+        ic = env.cluster.get_json("ic", name, "-n", namespace)
         eventually(
             lambda: (
-                condition(get_json(env.cluster, "ic", name, "-n", namespace), "ScalingLimited").get(
-                    "reason"
-                )
+                env.cluster.condition(
+                    env.cluster.get_json("ic", name, "-n", namespace), "ScalingLimited"
+                ).get("reason")
                 == "AtMaxReplicas"
             ),
             "ScalingLimited=True AtMaxReplicas while the load wants 5",
         )
-        ic = get_json(env.cluster, "ic", name, "-n", namespace)
-        assert condition(ic, "ScalingLimited")["status"] == "True"
+        ic = env.cluster.get_json("ic", name, "-n", namespace)
+        assert env.cluster.condition(ic, "ScalingLimited")["status"] == "True"
         assert "queueDepth" in ic["status"]["pools"]["decode"]
         assert events(env, namespace, "ActiveSequencesAboveTarget")
         assert events(env, namespace, "ScalingLimited")
@@ -323,9 +304,9 @@ def test_frontend_metrics_drive_the_decode_pool_and_pods_follow(env: Env, namesp
     )
     eventually(
         lambda: (
-            condition(get_json(env.cluster, "ic", name, "-n", namespace), "ScalingLimited").get(
-                "status"
-            )
+            env.cluster.condition(
+                env.cluster.get_json("ic", name, "-n", namespace), "ScalingLimited"
+            ).get("status")
             == "False"
         ),
         "ScalingLimited to clear",
@@ -363,11 +344,11 @@ def test_external_mode_is_left_to_hpa_or_keda(env: Env, namespace: str) -> None:
     assert ext["spec"]["replicas"] == 3
     assert "tandem-autoscaler" not in managers(ext)
     assert "lastScaleReason" not in (ext.get("status") or {})
-    ic = get_json(env.cluster, "ic", "ext", "-n", namespace)
-    assert condition(ic, "ScalingLimited") == {}
+    ic = env.cluster.get_json("ic", "ext", "-n", namespace)
+    assert env.cluster.condition(ic, "ScalingLimited") == {}
     assert not [
         e
-        for e in get_json(env.cluster, "events", "-n", namespace)["items"]
+        for e in env.cluster.get_json("events", "-n", namespace)["items"]
         if e["involvedObject"]["name"] == "ext"
         and e.get("reportingComponent") == "tandem-autoscaler"
     ]
@@ -394,16 +375,14 @@ def test_a_scale_up_that_cannot_be_scheduled_is_reported_and_held(env: Env, name
             ).stdout
         )
         print(env.cluster.kubectl("describe", "pods", "-n", namespace).stdout[-3000:])
-        print(
-            json.dumps(get_json(env.cluster, "ic", name, "-n", namespace).get("status"), indent=1)
-        )
+        print(json.dumps(env.cluster.get_json("ic", name, "-n", namespace).get("status"), indent=1))
         raise
     load = Load(f"{env.frontend}/v1").start(16)  # 8 replicas' worth
     try:
 
         def held() -> bool:
-            ic = get_json(env.cluster, "ic", name, "-n", namespace)
-            return condition(ic, "ScalingLimited").get("reason") == "Unschedulable"
+            ic = env.cluster.get_json("ic", name, "-n", namespace)
+            return env.cluster.condition(ic, "ScalingLimited").get("reason") == "Unschedulable"
 
         eventually(held, "ScalingLimited=True Unschedulable")
         size = pool(env, namespace, f"{name}-decode")["spec"]["replicas"]
@@ -416,9 +395,9 @@ def test_a_scale_up_that_cannot_be_scheduled_is_reported_and_held(env: Env, name
         decode = pool(env, namespace, f"{name}-decode")
         assert decode["spec"]["replicas"] == size < 8
         assert decode["status"]["lastScaleReason"] == "ActiveSequencesAboveTarget"
-        ic = get_json(env.cluster, "ic", name, "-n", namespace)
-        assert condition(ic, "ScalingLimited")["message"].startswith("decode: ")
-        assert condition(ic, "Degraded")["reason"] == "InsufficientGPU"
+        ic = env.cluster.get_json("ic", name, "-n", namespace)
+        assert env.cluster.condition(ic, "ScalingLimited")["message"].startswith("decode: ")
+        assert env.cluster.condition(ic, "Degraded")["reason"] == "InsufficientGPU"
         assert len(running_pods(env, namespace, name, "decode")) < size  # the rest pend
         assert events(env, namespace, "ScalingLimited")
     finally:

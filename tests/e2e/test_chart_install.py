@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,17 +14,9 @@ from tandem.devcluster.probes import wait_until
 pytestmark = pytest.mark.k8s
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "tandem"
-HELM = Path(sys.executable).parent / "helm"
 RELEASE = "chart-e2e"
 NAMESPACE = "chart-e2e"
 WAIT_S = 60.0
-
-
-def helm(cluster: DevCluster, *args: str) -> str:
-    argv = [str(HELM), f"--kubeconfig={cluster.kubeconfig}", *args]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
-    assert result.returncode == 0, f"helm {' '.join(args)}:\n{result.stderr}"
-    return result.stdout
 
 
 def get(cluster: DevCluster, *args: str) -> Any:
@@ -42,8 +32,8 @@ def release_objects(cluster: DevCluster) -> list[str]:
     return sorted(f"{o['kind']}/{o['metadata']['name']}" for o in namespaced + cluster_wide)
 
 
-def test_install_upgrade_uninstall(k8s_cluster: DevCluster) -> None:
-    notes = helm(k8s_cluster, "install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace")
+def test_install_upgrade_uninstall(k8s_cluster: DevCluster, e2e_cluster: Any) -> None:
+    notes = e2e_cluster.helm("install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace")
     assert "kubectl port-forward svc/reference-frontend 8000:8000" in notes
     assert release_objects(k8s_cluster) == [
         "ClusterRole/chart-e2e-tandem-operator",
@@ -64,15 +54,15 @@ def test_install_upgrade_uninstall(k8s_cluster: DevCluster) -> None:
         f"--timeout={WAIT_S:.0f}s",
     )  # fmt: skip
 
-    helm(
-        k8s_cluster, "upgrade", RELEASE, str(CHART), "-n", NAMESPACE,
+    e2e_cluster.helm(
+        "upgrade", RELEASE, str(CHART), "-n", NAMESPACE,
         "--set", "replicaCount=3", "--set", "operator.logLevel=debug",
     )  # fmt: skip
     deployment = get(k8s_cluster, "deploy", f"{RELEASE}-tandem-operator", "-n", NAMESPACE)
     assert deployment["spec"]["replicas"] == 3
     assert "--log-level=debug" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
 
-    helm(k8s_cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
+    e2e_cluster.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait")
     wait_until(
         lambda: release_objects(k8s_cluster) == [], timeout_s=WAIT_S, what="release objects gone"
     )

@@ -11,8 +11,6 @@ Tests run in file order and share the installation; each uses its own namespace.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,7 +29,6 @@ pytestmark = pytest.mark.k8s
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "tandem"
 EXAMPLES = REPO / "manifests" / "examples"
-HELM = Path(sys.executable).parent / "helm"
 RELEASE = "tandem"
 SYSTEM_NS = "tandem-system"
 SERVICE_ACCOUNT = "tandem"  # the chart's full name for release "tandem"
@@ -54,13 +51,6 @@ class Env:
             identity=identity,
         )
         return process.start()
-
-
-def helm(cluster: DevCluster, *args: str) -> str:
-    argv = [str(HELM), f"--kubeconfig={cluster.kubeconfig}", *args]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
-    assert result.returncode == 0, f"helm {' '.join(args)}:\n{result.stderr}"
-    return result.stdout
 
 
 def eventually(check: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
@@ -111,7 +101,7 @@ def env(
     k8s_cluster: DevCluster, e2e_cluster: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Env]:
     logs = tmp_path_factory.mktemp("operator")
-    helm(k8s_cluster, "install", RELEASE, str(CHART), "-n", SYSTEM_NS, "--create-namespace")
+    e2e_cluster.helm("install", RELEASE, str(CHART), "-n", SYSTEM_NS, "--create-namespace")
     for crd in ("inferenceclusters.tandem.dev", "workerpools.tandem.dev"):
         k8s_cluster.wait_crd_established(crd, timeout_s=WAIT_S)
     token = k8s_cluster.kubectl(
