@@ -42,6 +42,13 @@ class RouterMetrics:
             ["stage", "kind"],
             registry=registry,
         )
+        self.health_poll_errors = Counter(
+            "tandem_router_health_poll_errors_total",
+            "Unexpected failures inside a health round (stage: membership|worker|round); the "
+            "round goes on and the worker concerned is marked unhealthy.",
+            ["stage"],
+            registry=registry,
+        )
         self.rejected = Counter(
             "tandem_router_rejected_requests_total",
             "Requests refused before routing (queue_full -> 429, no_worker -> 503).",

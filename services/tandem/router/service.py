@@ -118,7 +118,13 @@ class Router:
     async def _poll_forever(self) -> None:
         while True:
             await asyncio.sleep(self.config.health_interval_seconds)
-            await self.poll_once()
+            try:
+                await self.poll_once()
+            except Exception:
+                # A round handles its own known failures; this is the last line that
+                # keeps membership and readiness from freezing on a bug we did not foresee.
+                logger.exception("health round failed; polling again next interval")
+                self._metrics.health_poll_errors.labels("round").inc()
 
     async def poll_once(self) -> None:
         """One health round: adopt membership, then Health + Stats every worker."""

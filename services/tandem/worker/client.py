@@ -137,7 +137,11 @@ class WorkerClient:
         response: pb.HealthResponse = await self._unary(
             self._stub.Health, pb.HealthRequest(), timeout_s
         )
-        return convert.health_from_pb(response)
+        try:
+            return convert.health_from_pb(response)
+        except ValueError as exc:  # e.g. a role a newer worker knows and we do not
+            message = f"malformed Health reply: {exc}"
+            raise WorkerCallError(self.address, "INTERNAL", message) from exc
 
     async def stats(self, *, timeout_s: float | None = None) -> WorkerStats:
         response: pb.StatsResponse = await self._unary(

@@ -129,6 +129,10 @@ def health_to_pb(info: HealthInfo) -> pb.HealthResponse:
 
 
 def health_from_pb(message: pb.HealthResponse) -> HealthInfo:
+    """Raises ValueError naming the field when the role is not one this version knows."""
+    roles = {r.value for r in Role}
+    if message.role not in roles:
+        raise ValueError(f"role {message.role!r} is not one of {', '.join(sorted(roles))}")
     return HealthInfo(
         status=_HEALTH_FROM_PB.get(message.status, HealthStatus.NOT_SERVING),
         worker_id=message.worker_id,
