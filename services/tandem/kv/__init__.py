@@ -10,11 +10,12 @@ from tandem.kv.errors import (
     KvRangeError,
     KvTransferError,
 )
-from tandem.kv.lease import Lease, LeaseTable
+from tandem.kv.lease import Claim, Lease, LeaseTable, ReleaseOutcome
 from tandem.kv.registry import backend_names, make_transport, nixl_available
 from tandem.kv.transport import KvTransport, PeerInfo, TransferStats, agent_name
 
 __all__ = [
+    "Claim",
     "KvBackendUnavailable",
     "KvError",
     "KvPeerError",
@@ -24,6 +25,7 @@ __all__ = [
     "Lease",
     "LeaseTable",
     "PeerInfo",
+    "ReleaseOutcome",
     "TransferStats",
     "agent_name",
     "backend_names",

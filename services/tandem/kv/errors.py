@@ -39,12 +39,15 @@ class KvTransferError(KvError):
     """A transfer failed: timeout, peer death, or a backend error.
 
     The message names the peer, the byte count and what failed; ``peer`` and ``nbytes``
-    are kept for callers that log or count failures.
+    are kept for callers that log or count failures. ``local_unsafe`` means the backend
+    could not stop the transfer: it may still write into the local ranges, which the
+    caller must therefore never reuse.
     """
 
     code: str | None = "kv_transfer_failed"
 
-    def __init__(self, message: str, *, peer: str, nbytes: int) -> None:
+    def __init__(self, message: str, *, peer: str, nbytes: int, local_unsafe: bool = False) -> None:
         super().__init__(message)
         self.peer = peer
         self.nbytes = nbytes
+        self.local_unsafe = local_unsafe

@@ -41,8 +41,12 @@ Decode side (initiator):
 
 Prefill side (target):
   Serves reads only from registered regions and only inside them; it never writes.
-  Whether a given sequence's blocks may be read is the worker's business (leases), not
-  the transport's.
+  Whether a given sequence's blocks may be read is the worker's business (leases and
+  claims, ``kv.lease``), not the transport's.
+  ``expect_reads(count)``
+      The worker says how many claimed reads may be in flight now. A backend whose
+      target side must make progress for a read to complete (UCX over TCP) does so only
+      while ``count > 0``; idle, it costs nothing.
 
 Transports are used from one asyncio event loop; they are not thread-safe.
 """
@@ -120,6 +124,9 @@ class KvTransport(ABC):
 
     def forget(self, worker_id: str) -> None:  # noqa: B027 - optional hook
         """Drop a peer; backends that cache per-peer state override this."""
+
+    def expect_reads(self, count: int) -> None:  # noqa: B027 - optional hook
+        """Prefill side: claimed reads that may be in flight now (see the contract)."""
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release backend resources; the default has none."""

@@ -32,7 +32,7 @@ class KvRange(_message.Message):
     def __init__(self, region: _Optional[int] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ...) -> None: ...
 
 class RemoteKv(_message.Message):
-    __slots__ = ("worker_id", "incarnation", "grpc_address", "backend", "num_tokens", "ranges", "opaque", "lease_expires_unix")
+    __slots__ = ("worker_id", "incarnation", "grpc_address", "backend", "num_tokens", "ranges", "opaque", "config_digest")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -40,7 +40,7 @@ class RemoteKv(_message.Message):
     NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
     RANGES_FIELD_NUMBER: _ClassVar[int]
     OPAQUE_FIELD_NUMBER: _ClassVar[int]
-    LEASE_EXPIRES_UNIX_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_DIGEST_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     incarnation: str
     grpc_address: str
@@ -48,8 +48,8 @@ class RemoteKv(_message.Message):
     num_tokens: int
     ranges: _containers.RepeatedCompositeFieldContainer[KvRange]
     opaque: bytes
-    lease_expires_unix: float
-    def __init__(self, worker_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., grpc_address: _Optional[str] = ..., backend: _Optional[str] = ..., num_tokens: _Optional[int] = ..., ranges: _Optional[_Iterable[_Union[KvRange, _Mapping]]] = ..., opaque: _Optional[bytes] = ..., lease_expires_unix: _Optional[float] = ...) -> None: ...
+    config_digest: str
+    def __init__(self, worker_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., grpc_address: _Optional[str] = ..., backend: _Optional[str] = ..., num_tokens: _Optional[int] = ..., ranges: _Optional[_Iterable[_Union[KvRange, _Mapping]]] = ..., opaque: _Optional[bytes] = ..., config_digest: _Optional[str] = ...) -> None: ...
 
 class PrefillRequest(_message.Message):
     __slots__ = ("request_id", "prompt_token_ids", "sampling")
@@ -104,10 +104,12 @@ class DecodeChunk(_message.Message):
     def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., prefilled_locally: _Optional[bool] = ..., kv_bytes_transferred: _Optional[int] = ..., kv_transfer_seconds: _Optional[float] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
-    __slots__ = ("request_id",)
+    __slots__ = ("request_id", "claimer")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CLAIMER_FIELD_NUMBER: _ClassVar[int]
     request_id: str
-    def __init__(self, request_id: _Optional[str] = ...) -> None: ...
+    claimer: str
+    def __init__(self, request_id: _Optional[str] = ..., claimer: _Optional[str] = ...) -> None: ...
 
 class ReleaseResponse(_message.Message):
     __slots__ = ("released",)
@@ -115,12 +117,34 @@ class ReleaseResponse(_message.Message):
     released: bool
     def __init__(self, released: _Optional[bool] = ...) -> None: ...
 
+class ClaimKvRequest(_message.Message):
+    __slots__ = ("request_id", "incarnation", "claimer", "read_seconds")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    CLAIMER_FIELD_NUMBER: _ClassVar[int]
+    READ_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    incarnation: str
+    claimer: str
+    read_seconds: float
+    def __init__(self, request_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., claimer: _Optional[str] = ..., read_seconds: _Optional[float] = ...) -> None: ...
+
+class ClaimKvResponse(_message.Message):
+    __slots__ = ("claimed", "read_seconds", "reason")
+    CLAIMED_FIELD_NUMBER: _ClassVar[int]
+    READ_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    claimed: bool
+    read_seconds: float
+    reason: str
+    def __init__(self, claimed: _Optional[bool] = ..., read_seconds: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class HealthRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class HealthResponse(_message.Message):
-    __slots__ = ("status", "worker_id", "incarnation", "role")
+    __slots__ = ("status", "worker_id", "incarnation", "role", "config_digest")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         UNKNOWN: _ClassVar[HealthResponse.Status]
@@ -135,11 +159,13 @@ class HealthResponse(_message.Message):
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_DIGEST_FIELD_NUMBER: _ClassVar[int]
     status: HealthResponse.Status
     worker_id: str
     incarnation: str
     role: str
-    def __init__(self, status: _Optional[_Union[HealthResponse.Status, str]] = ..., worker_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
+    config_digest: str
+    def __init__(self, status: _Optional[_Union[HealthResponse.Status, str]] = ..., worker_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., role: _Optional[str] = ..., config_digest: _Optional[str] = ...) -> None: ...
 
 class StatsRequest(_message.Message):
     __slots__ = ()

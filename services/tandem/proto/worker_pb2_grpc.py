@@ -44,6 +44,11 @@ class WorkerStub:
                 request_serializer=worker__pb2.DecodeRequest.SerializeToString,
                 response_deserializer=worker__pb2.DecodeChunk.FromString,
                 _registered_method=True)
+        self.ClaimKv = channel.unary_unary(
+                '/tandem.worker.v1.Worker/ClaimKv',
+                request_serializer=worker__pb2.ClaimKvRequest.SerializeToString,
+                response_deserializer=worker__pb2.ClaimKvResponse.FromString,
+                _registered_method=True)
         self.Release = channel.unary_unary(
                 '/tandem.worker.v1.Worker/Release',
                 request_serializer=worker__pb2.ReleaseRequest.SerializeToString,
@@ -81,6 +86,12 @@ class WorkerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Decode(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClaimKv(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -128,6 +139,11 @@ def add_WorkerServicer_to_server(servicer, server):
                     servicer.Decode,
                     request_deserializer=worker__pb2.DecodeRequest.FromString,
                     response_serializer=worker__pb2.DecodeChunk.SerializeToString,
+            ),
+            'ClaimKv': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClaimKv,
+                    request_deserializer=worker__pb2.ClaimKvRequest.FromString,
+                    response_serializer=worker__pb2.ClaimKvResponse.SerializeToString,
             ),
             'Release': grpc.unary_unary_rpc_method_handler(
                     servicer.Release,
@@ -209,6 +225,33 @@ class Worker:
             '/tandem.worker.v1.Worker/Decode',
             worker__pb2.DecodeRequest.SerializeToString,
             worker__pb2.DecodeChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClaimKv(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tandem.worker.v1.Worker/ClaimKv',
+            worker__pb2.ClaimKvRequest.SerializeToString,
+            worker__pb2.ClaimKvResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -25,6 +25,7 @@ from tandem.worker.types import (
     AgentInfo,
     DecodeChunk,
     HealthInfo,
+    KvClaim,
     PrefillReply,
     RemoteKvHandle,
     WorkerStats,
@@ -128,8 +129,28 @@ class WorkerClient:
         finally:
             call.cancel()  # no-op once finished; tells the worker we left early
 
-    async def release(self, request_id: str, *, timeout_s: float | None = None) -> bool:
-        request = pb.ReleaseRequest(request_id=request_id)
+    async def claim_kv(
+        self,
+        request_id: str,
+        incarnation: str,
+        claimer: str,
+        read_s: float,
+        *,
+        timeout_s: float | None = None,
+    ) -> KvClaim:
+        """Ask the prefill worker to pin ``request_id``'s KV for a read of ``read_s``."""
+        request = pb.ClaimKvRequest(
+            request_id=request_id, incarnation=incarnation, claimer=claimer, read_seconds=read_s
+        )
+        response: pb.ClaimKvResponse = await self._unary(self._stub.ClaimKv, request, timeout_s)
+        return convert.claim_from_pb(response)
+
+    async def release(
+        self, request_id: str, *, claimer: str = "", timeout_s: float | None = None
+    ) -> bool:
+        """The KV of ``request_id`` is no longer needed: by ``claimer`` after its read,
+        or (empty claimer) by a router giving the request up."""
+        request = pb.ReleaseRequest(request_id=request_id, claimer=claimer)
         response: pb.ReleaseResponse = await self._unary(self._stub.Release, request, timeout_s)
         return response.released
 

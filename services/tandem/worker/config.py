@@ -23,7 +23,10 @@ class WorkerConfig:
     kv_host: str = ""  # TCP KV listener bind address; defaults to host
     kv_port: int = 0
     kv_transfer_timeout_s: float = 30.0
+    # Prefilled KV waits this long for a decode worker's claim; a claim pins it for the
+    # claimed read time plus kv_pin_margin_s (this host's monotonic clock).
     lease_s: float = 60.0
+    kv_pin_margin_s: float = 5.0
     limits: AdmissionLimits = field(default_factory=AdmissionLimits)
     drain_grace_s: float = 30.0
     rpc_timeout_s: float = 10.0  # worker -> worker calls (KvAgent, Release)

@@ -9,6 +9,7 @@ from tandem.worker.types import (
     DecodeChunk,
     HealthInfo,
     HealthStatus,
+    KvClaim,
     PrefillReply,
     RemoteKvHandle,
     Role,
@@ -60,7 +61,7 @@ def remote_kv_to_pb(kv: RemoteKvHandle) -> pb.RemoteKv:
         num_tokens=kv.num_tokens,
         ranges=[pb.KvRange(region=r.region, offset=r.offset, length=r.length) for r in kv.ranges],
         opaque=kv.opaque,
-        lease_expires_unix=kv.lease_expires_unix,
+        config_digest=kv.config_digest,
     )
 
 
@@ -73,7 +74,7 @@ def remote_kv_from_pb(message: pb.RemoteKv) -> RemoteKvHandle:
         num_tokens=message.num_tokens,
         ranges=tuple(KvRange(r.region, r.offset, r.length) for r in message.ranges),
         opaque=message.opaque,
-        lease_expires_unix=message.lease_expires_unix,
+        config_digest=message.config_digest,
     )
 
 
@@ -125,6 +126,7 @@ def health_to_pb(info: HealthInfo) -> pb.HealthResponse:
         worker_id=info.worker_id,
         incarnation=info.incarnation,
         role=info.role.value,
+        config_digest=info.config_digest,
     )
 
 
@@ -138,6 +140,7 @@ def health_from_pb(message: pb.HealthResponse) -> HealthInfo:
         worker_id=message.worker_id,
         incarnation=message.incarnation,
         role=Role(message.role),
+        config_digest=message.config_digest,
     )
 
 
@@ -181,3 +184,11 @@ def agent_from_pb(message: pb.KvAgentResponse) -> AgentInfo:
         backend=message.backend,
         metadata=message.metadata,
     )
+
+
+def claim_to_pb(claim: KvClaim) -> pb.ClaimKvResponse:
+    return pb.ClaimKvResponse(claimed=claim.claimed, read_seconds=claim.read_s, reason=claim.reason)
+
+
+def claim_from_pb(message: pb.ClaimKvResponse) -> KvClaim:
+    return KvClaim(message.claimed, message.read_seconds, message.reason)

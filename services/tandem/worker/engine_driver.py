@@ -111,13 +111,16 @@ class SyncEngineDriver:
         transport: KvTransport,
         leases: LeaseTable,
         client_for: Callable[[str], WorkerClient],
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+        on_quarantine: Callable[[int], None] = lambda _: None,
     ) -> None:
         self._runner = runner
         self._transport = transport
         self._batcher = DecodeBatcher(runner)
         peers = PeerDirectory(transport, client_for, config.rpc_timeout_s)
-        self._handoff = Handoff(config, runner, transport, peers, leases, client_for, clock)
+        self._handoff = Handoff(
+            config, runner, transport, peers, leases, client_for, clock, on_quarantine
+        )
 
     @property
     def engine(self) -> object:

@@ -53,6 +53,13 @@ class KvHandoffFailed(WorkerError):
     http_status = 503
 
 
+class KvConfigMismatch(KvHandoffFailed):
+    """The prefill worker runs another model or KV layout (its config digest differs):
+    its KV must not be used here. The router prefills locally or elsewhere instead."""
+
+    code = "kv_config_mismatch"
+
+
 class KvLayoutMismatch(WorkerError):
     """The two engines disagree about the KV layout (different model or config)."""
 

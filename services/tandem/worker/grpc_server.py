@@ -68,8 +68,15 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         finally:
             await stream.aclose()
 
+    async def ClaimKv(self, request: pb.ClaimKvRequest, context: Context) -> pb.ClaimKvResponse:
+        claim = self._service.claim_kv(
+            request.request_id, request.incarnation, request.claimer, request.read_seconds
+        )
+        return convert.claim_to_pb(claim)
+
     async def Release(self, request: pb.ReleaseRequest, context: Context) -> pb.ReleaseResponse:
-        return pb.ReleaseResponse(released=await self._service.release(request.request_id))
+        released = await self._service.release(request.request_id, request.claimer or None)
+        return pb.ReleaseResponse(released=released)
 
     async def Health(self, request: pb.HealthRequest, context: Context) -> pb.HealthResponse:
         return convert.health_to_pb(self._service.health())

@@ -1,10 +1,14 @@
 """Decode side of a disaggregated request: pull a prefilled sequence's KV.
 
 ``pull`` resolves the prefill worker's KV agent (``PeerDirectory``), reserves room in the
-local engine, reads the bytes (NIXL or TCP, bounded by the transfer timeout), commits,
-and then tells the prefill worker to release its copy. A failure before the commit frees
-the reserved blocks and leaves the remote copy alone (the router may retry elsewhere; the
-prefill side's lease frees it otherwise).
+local engine, *claims* the remote KV (the prefill worker pins it for the granted read
+time plus a margin, on its own clock), reads the bytes (NIXL or TCP) within the granted
+time measured on this host's monotonic clock from before the claim was sent, commits,
+and then releases the claim. No timestamp of another host is ever compared with ours.
+
+A failure before the commit frees the reserved blocks, unless the transport could not
+stop its transfer (``local_unsafe``): those blocks are then quarantined, never reused.
+The claim is released once the transfer has stopped; otherwise its pin runs out.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tandem.engines.base import EngineError, KvCapacityError, KvLayout
-from tandem.kv import KvError, KvTransport, LeaseTable
+from tandem.kv import KvError, KvTransferError, KvTransport, LeaseTable, agent_name
 from tandem.worker.client import WorkerClient
 from tandem.worker.config import WorkerConfig
 from tandem.worker.engine_runner import EngineRunner
@@ -59,17 +63,6 @@ def check_layouts_match(remote: RemoteKvHandle, local: KvLayout, prompt_tokens: 
             )
 
 
-LEASE_MARGIN_S = 1.0
-
-
-def compute_pull_timeout(transfer_timeout_s: float, lease_expires_unix: float, now: float) -> float:
-    """A read must end before the prefill side's lease does (after it, those blocks may
-    hold another sequence). ``lease_expires_unix == 0`` means no lease was given."""
-    if lease_expires_unix <= 0:
-        return transfer_timeout_s
-    return min(transfer_timeout_s, lease_expires_unix - LEASE_MARGIN_S - now)
-
-
 class Handoff:
     def __init__(
         self,
@@ -79,8 +72,11 @@ class Handoff:
         peers: PeerDirectory,
         leases: LeaseTable,
         client_for: Callable[[str], WorkerClient],
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+        on_quarantine: Callable[[int], None] = lambda _: None,
     ) -> None:
+        """``clock`` is this host's monotonic clock (read deadlines); ``on_quarantine``
+        is told how many bytes of local KV were quarantined after an unstoppable read."""
         self._config = config
         self._clock = clock
         self._runner = runner
@@ -88,6 +84,8 @@ class Handoff:
         self._peers = peers
         self._leases = leases
         self._client_for = client_for
+        self._on_quarantine = on_quarantine
+        self._claimer = agent_name(config.worker_id, config.incarnation)
         self._background: set[asyncio.Task[None]] = set()
 
     async def pull(
@@ -106,19 +104,26 @@ class Handoff:
         peer = await self._peers.resolve(remote)
         engine = self._runner.engine
         layout = await self._reserve(request_id, prompt, first_token)
+        quarantined = False
         try:
             check_layouts_match(remote, layout, len(prompt))
-            timeout_s = compute_pull_timeout(
-                self._config.kv_transfer_timeout_s, remote.lease_expires_unix, self._clock()
-            )
-            if timeout_s <= 0:
+            # The read deadline counts from before the claim leaves this host: the prefill
+            # side pins the blocks from when the claim arrives, so the pin outlives it.
+            started = self._clock()
+            read_s = await self._claim(request_id, remote)
+            remaining = started + read_s - self._clock()
+            if remaining <= 0:
+                self._release_remote_soon(remote, request_id)
                 raise KvHandoffFailed(
-                    f"the KV of request {request_id} on {remote.worker_id} is past its lease "
-                    "(freed or about to be); not reading it"
+                    f"claiming the KV of request {request_id} on {remote.worker_id} used up "
+                    f"its {read_s:.3g}s read window; not reading it"
                 )
             try:
-                stats = await self._transport.read(peer, remote.ranges, layout.ranges, timeout_s)
+                stats = await self._transport.read(peer, remote.ranges, layout.ranges, remaining)
             except KvError as exc:
+                quarantined = isinstance(exc, KvTransferError) and exc.local_unsafe
+                if not quarantined:
+                    self._release_remote_soon(remote, request_id)
                 self._peers.forget(remote.worker_id)
                 why = await self._peers.explain_failure(remote)
                 raise KvHandoffFailed(
@@ -126,7 +131,16 @@ class Handoff:
                 ) from exc
             await self._runner.call(engine.commit, request_id)
         except BaseException:
-            self._runner.call_soon(engine.release, request_id)
+            if quarantined:
+                # The transfer may still write into these blocks: never hand them out again.
+                logger.error(
+                    "request %s: a KV read could not be stopped; quarantining %d bytes of KV",
+                    request_id,
+                    layout.nbytes,
+                )
+                self._on_quarantine(layout.nbytes)
+            else:
+                self._runner.call_soon(engine.release, request_id)
             raise
         self._release_remote_soon(remote, request_id)
         logger.debug(
@@ -139,9 +153,29 @@ class Handoff:
         )
         return PulledKv(stats.nbytes, stats.seconds, stats.descriptors)
 
+    async def _claim(self, request_id: str, remote: RemoteKvHandle) -> float:
+        """Pin the remote KV for our read; the granted read time (seconds)."""
+        client = self._client_for(remote.grpc_address)
+        timeout = self._config.kv_transfer_timeout_s
+        try:
+            claim = await client.claim_kv(
+                request_id,
+                remote.incarnation,
+                self._claimer,
+                timeout,
+                timeout_s=min(self._config.rpc_timeout_s, timeout),
+            )
+        except WorkerCallError as exc:
+            raise KvHandoffFailed(
+                f"cannot claim the KV of request {request_id} on {remote.worker_id}: {exc.message}"
+            ) from exc
+        if not claim.claimed:
+            raise KvHandoffFailed(f"prefill worker refused the claim: {claim.reason}")
+        return claim.read_s
+
     def _adopt_own(self, request_id: str) -> PulledKv:
         """The KV was prefilled here (role both): take over the held sequence, no copy."""
-        if not self._leases.release(request_id):
+        if not self._leases.take(request_id):
             raise KvHandoffFailed(
                 f"request {request_id} is no longer held on this worker (lease expired?)"
             )
@@ -170,9 +204,11 @@ class Handoff:
     async def _release_remote(self, remote: RemoteKvHandle, request_id: str) -> None:
         client = self._client_for(remote.grpc_address)
         try:
-            await client.release(request_id, timeout_s=self._config.rpc_timeout_s)
+            await client.release(
+                request_id, claimer=self._claimer, timeout_s=self._config.rpc_timeout_s
+            )
         except WorkerCallError as exc:
-            # Its lease frees the blocks anyway; this was only the early exit.
+            # The claim's pin runs out anyway; this was only the early exit.
             logger.info("release of %s on %s failed: %s", request_id, remote.worker_id, exc)
 
     async def stop(self) -> None:

@@ -80,6 +80,25 @@ class WorkerMetrics:
             ["backend"],
             registry=registry,
         )
+        self.kv_claims = Counter(
+            "tandem_worker_kv_claims_total",
+            "Claims of held KV by decode workers, by outcome (granted, gone: lease ran out "
+            "or released, wrong_incarnation: the handle named a previous process).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.kv_quarantined_bytes = Counter(
+            "tandem_worker_kv_quarantined_bytes_total",
+            "Local KV bytes never reused because a failed read could not be stopped.",
+            registry=registry,
+        )
+        self.kv_refused = Counter(
+            "tandem_worker_kv_refused_total",
+            "Remote KV this decode worker refused to pull, by reason (config_mismatch: "
+            "the prefill worker runs another model or KV layout).",
+            ["reason"],
+            registry=registry,
+        )
 
     def watch_load(self, stats: Callable[[], WorkerStats]) -> None:
         self.registry.register(_LoadCollector(stats))

@@ -1,13 +1,16 @@
 """The worker's logic behind each RPC, in domain types (``grpc_server`` only translates).
 
 Prefill side: ``prefill`` runs the prompt, keeps its KV under a lease and returns where
-it lives; ``release`` (called by the decode worker once it pulled the KV) or lease expiry
-frees it. Decode side: ``decode`` either prefills locally or continues a sequence
-prefilled elsewhere, then streams tokens. How an engine runs a request is the engine
-driver's business (``engine_driver``): a synchronous engine on its engine thread with
-Tandem's batch loop and KV transport, or an asynchronous engine (TensorRT-LLM) that
-schedules and moves KV itself. The policy here — admission, leases, drain, metrics — is
-the same for both. A stream that goes away frees its sequence.
+it lives; a decode worker ``claim_kv``s it before reading (the blocks are then pinned for
+the claimed read time plus a margin, on this host's monotonic clock) and ``release``s it
+after; the blocks are freed once no claim can still be reading them (``kv.lease``).
+Decode side: ``decode`` either prefills locally or continues a sequence prefilled
+elsewhere (refusing KV from an engine with another config digest), then streams tokens.
+How an engine runs a request is the engine driver's business (``engine_driver``): a
+synchronous engine on its engine thread with Tandem's batch loop and KV transport, or an
+asynchronous engine (TensorRT-LLM) that schedules and moves KV itself. The policy here —
+admission, leases, drain, metrics — is the same for both. A stream that goes away frees
+its sequence.
 """
 
 from __future__ import annotations
@@ -21,15 +24,17 @@ from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from prometheus_client import CollectorRegistry
 
 from tandem.engines.base import AsyncEngine, EngineInfo, FinishReason, SamplingParams
-from tandem.kv import KvTransport, LeaseTable
+from tandem.kv import KvTransport, LeaseTable, ReleaseOutcome
 from tandem.worker.admission import Load, check_admission
 from tandem.worker.async_driver import AsyncEngineDriver
 from tandem.worker.client import WorkerClient
 from tandem.worker.config import WorkerConfig
+from tandem.worker.digest import compute_config_digest
 from tandem.worker.engine_driver import EngineDriver, SyncEngineDriver
 from tandem.worker.engine_runner import EngineRunner
 from tandem.worker.errors import (
     InvalidRequest,
+    KvConfigMismatch,
     KvHandoffFailed,
     WorkerBusy,
     WorkerDraining,
@@ -42,6 +47,7 @@ from tandem.worker.types import (
     DecodeChunk,
     HealthInfo,
     HealthStatus,
+    KvClaim,
     PrefillReply,
     RemoteKvHandle,
     WorkerStats,
@@ -58,31 +64,40 @@ class WorkerService:
         transport: KvTransport,
         *,
         grpc_address: str,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
         registry: CollectorRegistry | None = None,
     ) -> None:
         """``engine`` is a synchronous engine on its ``EngineRunner``, or an
-        ``AsyncEngine`` (with ``worker.engine_kv.EngineManagedKv`` as ``transport``)."""
+        ``AsyncEngine`` (with ``worker.engine_kv.EngineManagedKv`` as ``transport``).
+        ``clock`` is monotonic: it times leases, pins and reads, never compared across
+        hosts."""
         self.config = config
         self.grpc_address = grpc_address
         self._transport = transport
-        self._leases = LeaseTable(config.lease_s, clock)
+        self._leases = LeaseTable(config.lease_s, clock, margin_s=config.kv_pin_margin_s)
         self._clients: dict[str, WorkerClient] = {}
+        self.metrics = WorkerMetrics(registry or CollectorRegistry())
         self._driver: EngineDriver
         if isinstance(engine, EngineRunner):
             self._driver = SyncEngineDriver(
-                config, engine, transport, self._leases, self.client_for, clock
+                config,
+                engine,
+                transport,
+                self._leases,
+                self.client_for,
+                clock,
+                self.metrics.kv_quarantined_bytes.inc,
             )
         else:
             self._driver = AsyncEngineDriver(config, engine, self._leases, self.client_for)
         self._engine = self._driver.engine
+        self.config_digest = compute_config_digest(self._driver.info)
         self._status = HealthStatus.NOT_SERVING
         self._queued_requests = 0
         self._queued_tokens = 0
         self._in_flight = 0
         self._lease_task: asyncio.Task[None] | None = None
         self._settled = asyncio.Event()  # something finished or was released (for drain)
-        self.metrics = WorkerMetrics(registry or CollectorRegistry())
         self.metrics.watch_load(self.stats)
 
     # -- lifecycle ------------------------------------------------------------------
@@ -126,7 +141,7 @@ class WorkerService:
         if result.finish_reason is not None:
             self._driver.release_soon(request_id)
             return PrefillReply(result.first_token, None, result.finish_reason, seconds)
-        lease = self._leases.hold(request_id, result.kv.nbytes)
+        self._leases.hold(request_id, result.kv.nbytes)
         kv = RemoteKvHandle(
             worker_id=self.config.worker_id,
             incarnation=self.config.incarnation,
@@ -135,17 +150,44 @@ class WorkerService:
             num_tokens=result.num_prompt_tokens,
             ranges=result.kv.ranges,
             opaque=result.opaque,
-            lease_expires_unix=lease.expires_at,
+            config_digest=self.config_digest,
         )
         return PrefillReply(result.first_token, kv, None, seconds)
 
-    async def release(self, request_id: str) -> bool:
-        """Free KV held for a decode worker; False if it was not held (already released
-        or expired, or it is a sequence this worker is decoding itself)."""
-        if not self._leases.release(request_id):
+    def claim_kv(self, request_id: str, incarnation: str, claimer: str, read_s: float) -> KvClaim:
+        """Pin held KV for ``claimer``'s read (see ``kv.lease``); refused when this is
+        another incarnation than the handle named, or the lease is gone."""
+        if incarnation != self.config.incarnation:
+            self.metrics.kv_claims.labels("wrong_incarnation").inc()
+            return KvClaim(
+                False,
+                reason=f"{self.config.worker_id} is now incarnation {self.config.incarnation},"
+                f" not {incarnation}: it restarted and that KV is gone",
+            )
+        claim = self._leases.claim(request_id, claimer, read_s)
+        if claim is None:
+            self.metrics.kv_claims.labels("gone").inc()
+            return KvClaim(
+                False,
+                reason=f"the KV of request {request_id} is no longer held on "
+                f"{self.config.worker_id} (released, or its {self._leases.lease_s:g}s "
+                "lease ran out before the claim)",
+            )
+        self.metrics.kv_claims.labels("granted").inc()
+        self._transport.expect_reads(self._leases.pinned)
+        return KvClaim(True, claim.read_s)
+
+    async def release(self, request_id: str, claimer: str | None = None) -> bool:
+        """``claimer`` is done with held KV (None: the router gave the request up); the
+        blocks are freed now, or when the last other claim's pin runs out. False if it
+        was not held (already freed, or a sequence this worker is decoding itself)."""
+        outcome = self._leases.release(request_id, claimer)
+        self._transport.expect_reads(self._leases.pinned)
+        if outcome is ReleaseOutcome.UNKNOWN:
             return False
-        self._settled.set()
-        await self._driver.release(request_id)
+        if outcome is ReleaseOutcome.FREE_NOW:
+            self._settled.set()
+            await self._driver.release(request_id)
         return True
 
     async def _expire_leases(self) -> None:
@@ -153,13 +195,15 @@ class WorkerService:
         while True:
             await asyncio.sleep(period)
             for lease in self._leases.pop_expired():
-                logger.warning(
-                    "lease of request %s expired (%d bytes never pulled); freeing its KV",
-                    lease.request_id,
-                    lease.nbytes,
-                )
+                if not lease.released:
+                    logger.warning(
+                        "lease of request %s ran out (%d bytes never pulled); freeing its KV",
+                        lease.request_id,
+                        lease.nbytes,
+                    )
                 self._driver.release_soon(lease.request_id)
                 self._settled.set()
+            self._transport.expect_reads(self._leases.pinned)
 
     # -- decode side ----------------------------------------------------------------
 
@@ -177,6 +221,8 @@ class WorkerService:
             _check_request(request_id, prompt, sampling)
             if remote is not None and first_token is None:
                 raise InvalidRequest("a decode with remote_kv needs first_token_id")
+            if remote is not None:
+                self._check_digest(request_id, remote)
             with self._queued(len(prompt) if remote is None else 0, decoding=True):
                 if remote is None or first_token is None:
                     stream = self._driver.open_local(request_id, prompt, sampling)
@@ -195,6 +241,16 @@ class WorkerService:
                     yield chunk
             finally:
                 await stream.aclose()
+
+    def _check_digest(self, request_id: str, remote: RemoteKvHandle) -> None:
+        if remote.config_digest == self.config_digest:
+            return
+        self.metrics.kv_refused.labels("config_mismatch").inc()
+        raise KvConfigMismatch(
+            f"request {request_id}: prefill worker {remote.worker_id} runs engine config "
+            f"{remote.config_digest or '(none published)'}, this decode worker "
+            f"{self.config_digest}: refusing its KV (different model or KV layout)"
+        )
 
     async def _head(self, stream: AsyncGenerator[DecodeChunk, None]) -> DecodeChunk:
         """The stream's first chunk, counted as a KV transfer when it moved KV."""
@@ -215,7 +271,11 @@ class WorkerService:
 
     def health(self) -> HealthInfo:
         return HealthInfo(
-            self._status, self.config.worker_id, self.config.incarnation, self.config.role
+            self._status,
+            self.config.worker_id,
+            self.config.incarnation,
+            self.config.role,
+            self.config_digest,
         )
 
     def stats(self) -> WorkerStats:

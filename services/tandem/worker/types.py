@@ -41,7 +41,9 @@ class RemoteKvHandle:
     num_tokens: int
     ranges: tuple[KvRange, ...]
     opaque: bytes = b""
-    lease_expires_unix: float = 0.0
+    # The prefill engine's model + KV layout (``worker.digest``); a decode worker with
+    # another digest refuses the KV.
+    config_digest: str = ""
 
     @property
     def nbytes(self) -> int:
@@ -75,6 +77,7 @@ class HealthInfo:
     worker_id: str
     incarnation: str
     role: Role
+    config_digest: str = ""  # model + KV layout; KV moves only between equal digests
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,3 +99,13 @@ class AgentInfo:
     incarnation: str
     backend: str
     metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class KvClaim:
+    """A prefill worker's answer to a claim: whether the KV may be read, and for how
+    long (counted by the reader from before it sent the claim)."""
+
+    claimed: bool
+    read_s: float = 0.0
+    reason: str = ""

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tandem.engines.registry import make_engine
-from tandem.kv import make_transport
+from tandem.kv import KvTransport, make_transport
 from tandem.worker.client import WorkerClient
 from tandem.worker.config import WorkerConfig
 from tandem.worker.engine_runner import EngineRunner
@@ -41,8 +41,16 @@ WorkerFactory = Callable[..., contextlib.AbstractAsyncContextManager[RunningWork
 
 @contextlib.asynccontextmanager
 async def run_worker(
-    role: Role, worker_id: str, *, engine: dict[str, object] | None = None, **overrides: Any
+    role: Role,
+    worker_id: str,
+    *,
+    engine: dict[str, object] | None = None,
+    clock: Callable[[], float] | None = None,
+    wrap_transport: Callable[[KvTransport], KvTransport] | None = None,
+    **overrides: Any,
 ) -> AsyncIterator[RunningWorker]:
+    """A worker on 127.0.0.1 (real gRPC, TCP KV); ``clock`` replaces the service's clock,
+    ``wrap_transport`` lets a test interpose on its KV transport."""
     config = WorkerConfig(
         role=role,
         worker_id=worker_id,
@@ -57,9 +65,12 @@ async def run_worker(
     transport = make_transport(
         "tcp", worker_id=config.worker_id, incarnation=config.incarnation, host="127.0.0.1"
     )
+    if wrap_transport is not None:
+        transport = wrap_transport(transport)
     server, port = create_server("127.0.0.1", 0)
     address = f"127.0.0.1:{port}"
-    service = WorkerService(config, runner, transport, grpc_address=address)
+    timing = {} if clock is None else {"clock": clock}
+    service = WorkerService(config, runner, transport, grpc_address=address, **timing)
     add_service(server, service)
     await service.start()
     await server.start()

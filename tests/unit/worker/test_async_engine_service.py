@@ -243,6 +243,8 @@ async def test_ranges_from_a_transport_engine_are_refused() -> None:
             num_tokens=4,
             ranges=(),
             opaque=b"",
+            # Same digest: the check under test is the handle's shape, not the model.
+            config_digest=decode.service.config_digest,
         )
         with pytest.raises(WorkerCallError) as failure:
             await collect(decode.client, "r", [1, 2, 3, 4], remote=handle, first=7)

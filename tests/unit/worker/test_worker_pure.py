@@ -8,12 +8,13 @@ from tandem.engines.base import FinishReason, KvLayout, KvRange, SamplingParams
 from tandem.worker import convert
 from tandem.worker.admission import AdmissionLimits, Load, check_admission
 from tandem.worker.errors import KvLayoutMismatch
-from tandem.worker.handoff import check_layouts_match, compute_pull_timeout
+from tandem.worker.handoff import check_layouts_match
 from tandem.worker.types import (
     AgentInfo,
     DecodeChunk,
     HealthInfo,
     HealthStatus,
+    KvClaim,
     PrefillReply,
     RemoteKvHandle,
     Role,
@@ -49,7 +50,7 @@ REMOTE = RemoteKvHandle(
     num_tokens=20,
     ranges=(KvRange(0, 0, 100), KvRange(0, 4096, 60)),
     opaque=b"\x01",
-    lease_expires_unix=123.5,
+    config_digest="0123abcd",
 )
 
 
@@ -82,8 +83,11 @@ def test_sampling_round_trips(sampling: SamplingParams) -> None:
         PrefillReply(7, None, FinishReason.STOP, 0.5),
         DecodeChunk((1, 2), FinishReason.LENGTH, 20, True, 4096, 0.125),
         HealthInfo(HealthStatus.DRAINING, "w", "i", Role.BOTH),
+        HealthInfo(HealthStatus.SERVING, "w", "i", Role.PREFILL, "0123abcd"),
         WorkerStats(1, 2, 3, 4, 5, 6, 7),
         AgentInfo("w", "i", "nixl", b"\x00meta"),
+        KvClaim(True, 12.5),
+        KvClaim(False, 0.0, "gone"),
     ],
 )
 def test_domain_values_round_trip_through_proto(value: object) -> None:
@@ -94,21 +98,7 @@ def test_domain_values_round_trip_through_proto(value: object) -> None:
         HealthInfo: (convert.health_to_pb, convert.health_from_pb),
         WorkerStats: (convert.stats_to_pb, convert.stats_from_pb),
         AgentInfo: (convert.agent_to_pb, convert.agent_from_pb),
+        KvClaim: (convert.claim_to_pb, convert.claim_from_pb),
     }
     to_pb, from_pb = pairs[type(value)]
     assert from_pb(to_pb(value)) == value  # type: ignore[operator]
-
-
-@pytest.mark.parametrize(
-    ("timeout", "lease_expires", "now", "expected"),
-    [
-        (30.0, 0.0, 1000.0, 30.0),  # no lease: the transfer timeout
-        (30.0, 1100.0, 1000.0, 30.0),  # plenty of lease left
-        (30.0, 1011.0, 1000.0, 10.0),  # the lease (minus a margin) is the bound
-        (30.0, 1000.5, 1000.0, -0.5),  # nearly expired: do not read
-    ],
-)
-def test_pull_timeout_ends_before_the_lease(
-    timeout: float, lease_expires: float, now: float, expected: float
-) -> None:
-    assert compute_pull_timeout(timeout, lease_expires, now) == pytest.approx(expected)
