@@ -43,6 +43,7 @@ async def _serve_main(backend: str, worker_id: str, incarnation: str, seed: int,
     region = region_bytes(seed, size).copy()
     transport = make_transport(backend, worker_id=worker_id, incarnation=incarnation)
     await transport.register([memoryview(region)])
+    transport.expect_reads(1)  # serves reads for its whole life, as if claimed
     print("READY", transport.local_metadata().hex(), flush=True)
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, sys.stdin.read)  # until the parent closes our stdin

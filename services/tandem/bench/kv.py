@@ -166,6 +166,7 @@ async def _serve(backend: str, nbytes: int) -> None:
     incarnation = f"{os.getpid()}-{time.monotonic_ns()}"
     transport = make_transport(backend, worker_id="bench-prefill", incarnation=incarnation)
     await transport.register([region.data])
+    transport.expect_reads(1)  # serves reads for its whole life, as if claimed
     metadata = transport.local_metadata().hex()
     print("READY", transport.worker_id, transport.incarnation, metadata, flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)

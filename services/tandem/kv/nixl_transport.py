@@ -15,11 +15,16 @@ Written against nixl 1.5.1 (``nixl_cu12/_api.py``, re-exported as ``nixl._api``)
   raise binding errors (``nixlRemoteDisconnectError`` when the peer died);
   ``release_xfer_handle(h)`` cancels an active transfer or raises if it cannot.
 - ``nixl_agent_config(enable_prog_thread=True)`` (the default) spins a core even
-  when idle; we turn it off and progress from our agent thread (``kv.nixl_thread``).
+  when idle; we turn it off and progress from our agent thread (``kv.nixl_thread``),
+  which spins only while a transfer is in flight or peers hold claims on our KV.
 - With UCX's ``cma`` transport (the default on one host) ``transfer`` copies
-  synchronously inside the call; with ``tcp`` it returns "PROC" and progresses on
-  UCX's progress thread. Either way the event loop never blocks: calls run on the
-  NIXL thread and the loop polls it.
+  synchronously inside the call; with ``tcp`` it returns "PROC" and completes as the
+  agent thread progresses it. Either way the event loop never blocks and never polls:
+  it awaits a future the agent thread resolves when the transfer leaves "PROC".
+- A transfer that misses its deadline is released at once (which cancels it); if NIXL
+  cannot cancel it, the read fails with ``local_unsafe`` (the local ranges may still be
+  written). A completion seen after the deadline counts as a failure: the prefill side
+  pins the blocks only for the claimed read time.
 
 Peer metadata travels in our own envelope (``kv.envelope``): the region base addresses
 go in its JSON header; the NIXL blob is only ever given to ``add_remote_agent``. We never
@@ -49,8 +54,8 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_POLL_FIRST_S = 0.0002
-_POLL_MAX_S = 0.002
+# How long a read that missed its deadline while posting waits for the post to return.
+POST_SETTLE_S = 5.0
 
 
 class _XferHandle(Protocol):
@@ -106,10 +111,11 @@ class NixlTransport(KvTransport):
         incarnation: str,
         *,
         progress_thread: bool = False,
-        idle_poll_s: float = 0.001,
+        serve_poll_s: float = 0.001,
     ) -> None:
         """``progress_thread`` turns on NIXL's own (core-burning) progress thread;
-        otherwise the agent thread progresses UCX every ``idle_poll_s`` while idle."""
+        otherwise the agent thread progresses UCX every ``serve_poll_s`` while peers
+        hold claims on our KV, and not at all when idle."""
         super().__init__(worker_id, incarnation)
         from nixl._api import nixl_agent, nixl_agent_config
 
@@ -117,8 +123,9 @@ class NixlTransport(KvTransport):
         self._agent = cast(_Agent, nixl_agent(self.name, config))
         self._errors = _binding_errors()
         self._thread = AgentThread(
-            f"nixl-{worker_id}", self._agent.get_new_notifs, idle_poll_s, self._errors
+            f"nixl-{worker_id}", self._agent.get_new_notifs, serve_poll_s, self._errors
         )
+        self._serving = False
         self._views: tuple[memoryview, ...] = ()
         self._addresses: tuple[int, ...] = ()
         self._registration: Any = None
@@ -218,6 +225,7 @@ class NixlTransport(KvTransport):
                 f"{peer.name} failed: {exc.message}",
                 peer=peer.name,
                 nbytes=nbytes,
+                local_unsafe=exc.local_unsafe,
             ) from exc
         return TransferStats(nbytes, loop.time() - started, len(segments))
 
@@ -244,20 +252,50 @@ class NixlTransport(KvTransport):
         handle: _XferHandle | None = None
         try:
             handle, state = await self._post_within(agent, local_descs, remote_descs, deadline)
-            pause = _POLL_FIRST_S
-            while state == "PROC":
-                if loop.time() >= deadline:
-                    raise KvTransferError("timed out", peer=agent, nbytes=0)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, _POLL_MAX_S)
-                state = await self._call(self._agent.check_xfer_state, handle)
+            if state == "PROC":
+                state = await self._completion(handle, deadline)
             if state != "DONE":
                 raise KvTransferError(f"backend reported {state}", peer=agent, nbytes=0)
+            if loop.time() > deadline:
+                raise KvTransferError("completed after its deadline", peer=agent, nbytes=0)
         except self._errors as exc:
             raise KvTransferError(f"backend error {exc!r}", peer=agent, nbytes=0) from exc
-        finally:
-            if handle is not None:
-                self._release_soon(handle)
+        except BaseException:
+            if handle is not None and not await self._stop_transfer(handle):
+                raise KvTransferError(
+                    "timed out, and NIXL could not cancel the transfer",
+                    peer=agent,
+                    nbytes=0,
+                    local_unsafe=True,
+                ) from None
+            raise
+        else:
+            self._release_soon(handle)
+
+    async def _completion(self, handle: _XferHandle, deadline: float) -> str:
+        """The transfer's final state, as the agent thread sees it leave "PROC"."""
+        watched = asyncio.wrap_future(
+            self._thread.watch(handle, lambda: self._agent.check_xfer_state(handle))
+        )
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await asyncio.shield(watched)
+        except TimeoutError:
+            raise KvTransferError("timed out", peer="", nbytes=0) from None
+
+    async def _stop_transfer(self, handle: _XferHandle) -> bool:
+        """Stop watching and release (cancel) ``handle``; False if NIXL cannot cancel it.
+
+        Runs even when the reader was cancelled: it is queued on the agent thread, and
+        a cancelled awaiter only stops waiting for the answer."""
+        if self._closed:
+            return True
+        self._thread.unwatch(handle)
+        released = asyncio.wrap_future(self._thread.submit(self._release, handle))
+        try:
+            return await asyncio.shield(released)
+        except asyncio.CancelledError:
+            return True  # the release still runs; nobody is left to use the local ranges
 
     async def _post_within(
         self,
@@ -282,9 +320,18 @@ class NixlTransport(KvTransport):
         finally:
             if not posted.done():
                 posted.add_done_callback(self._release_posted)
-        if not done:
-            raise KvTransferError("timed out while posting the transfer", peer=agent, nbytes=0)
-        return posted.result()
+        if done:
+            return posted.result()
+        # The post may be copying into the local ranges right now (cma copies inside the
+        # call): wait a little for it to return (its handle is then released) before
+        # saying the ranges are free again.
+        settled, _ = await asyncio.wait({posted}, timeout=POST_SETTLE_S)
+        raise KvTransferError(
+            "timed out while posting the transfer",
+            peer=agent,
+            nbytes=0,
+            local_unsafe=not settled,
+        )
 
     def _release_posted(self, posted: asyncio.Future[tuple[_XferHandle, str]]) -> None:
         if not posted.cancelled() and posted.exception() is None:
@@ -308,12 +355,14 @@ class NixlTransport(KvTransport):
         if not self._closed:
             self._thread.submit(self._release, handle)
 
-    def _release(self, handle: _XferHandle) -> None:
+    def _release(self, handle: _XferHandle) -> bool:
         try:
             self._agent.release_xfer_handle(handle)
         except self._errors as exc:
             # NIXL keeps the handle on its leak list and frees it with the agent.
             logger.warning("NIXL could not release a transfer handle: %r", exc)
+            return False
+        return True
 
     async def _remove_agent(self, agent: str) -> None:
         try:
@@ -325,6 +374,12 @@ class NixlTransport(KvTransport):
         dropped = self._peers.pop(worker_id)
         if dropped is not None:
             await self._remove_agent(dropped.agent)
+
+    def expect_reads(self, count: int) -> None:
+        serving = count > 0
+        if serving != self._serving and not self._closed:
+            self._serving = serving
+            self._thread.set_serving(serving)
 
     def forget(self, worker_id: str) -> None:
         dropped = self._peers.pop(worker_id)

@@ -4,8 +4,14 @@ The prefill side listens on ``host:port`` and answers range reads out of its reg
 regions (framing in ``kv.tcp_wire``); the decode side sends one batch of ranges per read
 and receives the bytes straight into its local memoryviews. Every requested range is
 checked against the registered regions before a byte is sent, so a peer can never read
-memory outside them. One connection per read keeps failure handling trivial: a broken
-read is a closed socket, nothing else to reset.
+memory outside them.
+
+Connections are reused: a connection serves one read at a time, and goes back to its
+peer's idle pool (at most ``MAX_IDLE_CONNECTIONS``) only after a read that completed
+exactly; anything else (timeout, short read, refusal) closes it, so a broken read never
+leaves half a response behind for the next one. The server closes connections idle for
+``idle_close_s``; a pooled connection found closed before any reply byte arrived is
+retried once on a fresh one (reads are idempotent).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import asyncio
 import logging
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tandem.engines.base import KvRange
 from tandem.kv import tcp_wire as wire
@@ -28,15 +34,28 @@ from tandem.kv.transport import KvTransport, PeerInfo, TransferStats
 logger = logging.getLogger(__name__)
 
 
+MAX_IDLE_CONNECTIONS = 8
+
+
 class _PeerClosed(Exception):
     """The other end closed the connection early."""
 
 
-@dataclass(frozen=True, slots=True)
+class _StaleConnection(Exception):
+    """A pooled connection was closed by the peer before it answered (retry fresh)."""
+
+
+@dataclass(slots=True)
 class _TcpPeer:
     host: str
     port: int
     region_sizes: tuple[int, ...]
+    idle: list[socket.socket] = field(default_factory=list)
+
+    def close(self) -> None:
+        for sock in self.idle:
+            sock.close()
+        self.idle.clear()
 
 
 async def _recv_into(sock: socket.socket, view: memoryview) -> None:
@@ -79,8 +98,12 @@ class TcpTransport(KvTransport):
         port: int = 0,
         advertise_host: str | None = None,
         serve_timeout_s: float = 60.0,
+        idle_close_s: float = 300.0,
     ) -> None:
+        """``serve_timeout_s`` bounds answering one read; a connection with no request
+        for ``idle_close_s`` is closed by the server."""
         super().__init__(worker_id, incarnation)
+        self._idle_close_s = idle_close_s
         self._host = host
         self._port = port
         self._advertise_host = advertise_host or host
@@ -144,48 +167,62 @@ class TcpTransport(KvTransport):
             task.add_done_callback(self._serving.discard)
 
     async def _serve(self, conn: socket.socket) -> None:
+        """Answer reads on one connection until the peer closes it, it idles out, or a
+        read goes wrong (then the connection is closed: the reader sees a failure)."""
         loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(self._serve_timeout_s):
-                reply = await self._answer(conn)
-                if reply is not None:
-                    await loop.sock_sendall(conn, reply)
+            while True:
+                try:
+                    async with asyncio.timeout(self._idle_close_s):
+                        prefix = await _recv_exactly(conn, wire.REQUEST_PREFIX_BYTES)
+                except _PeerClosed:
+                    return  # the reader closed an idle connection: normal
+                except TimeoutError:
+                    return  # idle too long
+                async with asyncio.timeout(self._serve_timeout_s):
+                    reply, ok = await self._answer(conn, prefix)
+                    if reply is not None:
+                        await loop.sock_sendall(conn, reply)
+                if not ok:
+                    return
         except (OSError, TimeoutError, _PeerClosed) as exc:
             logger.info("TCP KV agent %s: a read was abandoned: %r", self.name, exc)
         finally:
             conn.close()
 
-    async def _answer(self, conn: socket.socket) -> bytes | None:
-        """Stream the requested ranges; return an error reply instead when refusing."""
+    async def _answer(self, conn: socket.socket, prefix: bytes) -> tuple[bytes | None, bool]:
+        """Stream the requested ranges, or return an error reply when refusing; the flag
+        says whether the connection may serve another request."""
         loop = asyncio.get_running_loop()
         try:
-            size = wire.decode_request_prefix(await _recv_exactly(conn, wire.REQUEST_PREFIX_BYTES))
+            size = wire.decode_request_prefix(prefix)
             incarnation = (await _recv_exactly(conn, size)).decode()
             count = wire.decode_count(await _recv_exactly(conn, wire.COUNT_BYTES))
             ranges = wire.decode_ranges(await _recv_exactly(conn, count * wire.RANGE_BYTES))
         except (wire.WireError, UnicodeDecodeError) as exc:
             logger.warning("TCP KV agent %s: malformed request: %s", self.name, exc)
-            return wire.encode_error(f"malformed request: {exc}")
+            return wire.encode_error(f"malformed request: {exc}"), False
         if incarnation != self.incarnation:
-            return wire.encode_error(
-                f"this is {self.name}; the request was for incarnation {incarnation!r}"
-            )
+            message = f"this is {self.name}; the request was for incarnation {incarnation!r}"
+            return wire.encode_error(message), False
         try:
             total = check_ranges(ranges, [v.nbytes for v in self._views], "requested")
         except KvRangeError as exc:
             logger.warning("TCP KV agent %s refused a read: %s", self.name, exc)
-            return wire.encode_error(exc.message)
+            return wire.encode_error(exc.message), False
         await loop.sock_sendall(conn, wire.encode_ok(total))
         for r in ranges:
             await loop.sock_sendall(conn, self._views[r.region][r.offset : r.offset + r.length])
-        return None
+        return None, True
 
     # -- decode side ----------------------------------------------------------------
 
     async def connect(self, peer: PeerInfo, timeout_s: float) -> None:
         if self._peers.get(peer) is not None:
             return
-        if self._peers.pop_stale(peer) is not None:
+        stale = self._peers.pop_stale(peer)
+        if stale is not None:
+            stale.close()
             logger.info("peer %s restarted; dropped its stale TCP endpoint", peer.name)
         header, _ = parse_peer(peer, self.backend)
         state = _TcpPeer(header.host, header.port, header.region_sizes)
@@ -238,15 +275,15 @@ class TcpTransport(KvTransport):
             async with asyncio.timeout(remaining):
                 await self._exchange(state, peer.incarnation, [s.remote for s in segments], targets)
         except TimeoutError as exc:
-            self._peers.pop(peer.worker_id)
+            self.forget(peer.worker_id)
             raise KvTransferError(
                 f"{what} timed out after {timeout_s:.3g}s", peer=peer.name, nbytes=nbytes
             ) from exc
         except (OSError, _PeerClosed, wire.WireError) as exc:
-            self._peers.pop(peer.worker_id)
+            self.forget(peer.worker_id)
             raise KvTransferError(f"{what} failed: {exc!r}", peer=peer.name, nbytes=nbytes) from exc
         except KvTransferError as exc:
-            self._peers.pop(peer.worker_id)
+            self.forget(peer.worker_id)
             raise KvTransferError(
                 f"{what} failed: {exc.message}", peer=peer.name, nbytes=nbytes
             ) from exc
@@ -259,13 +296,41 @@ class TcpTransport(KvTransport):
         ranges: Sequence[KvRange],
         targets: Sequence[memoryview],
     ) -> None:
-        """One request/response on a fresh connection; fills ``targets`` in order."""
-        sock = await _open(state.host, state.port)
+        """One request/response, on a pooled connection if there is one; fills
+        ``targets`` in order. The connection returns to the pool only on success."""
+        while True:
+            pooled = bool(state.idle)
+            sock = state.idle.pop() if pooled else await _open(state.host, state.port)
+            try:
+                await self._exchange_on(sock, incarnation, ranges, targets, pooled=pooled)
+            except _StaleConnection:
+                continue  # closed by the peer while idle, before it read anything: retry
+            if len(state.idle) < MAX_IDLE_CONNECTIONS:
+                state.idle.append(sock)
+            else:
+                sock.close()
+            return
+
+    async def _exchange_on(
+        self,
+        sock: socket.socket,
+        incarnation: str,
+        ranges: Sequence[KvRange],
+        targets: Sequence[memoryview],
+        *,
+        pooled: bool,
+    ) -> None:
+        """The exchange on ``sock``; closes it unless every byte arrived. Raises
+        ``_StaleConnection`` when a pooled connection turns out closed before the peer
+        answered anything."""
+        loop = asyncio.get_running_loop()
+        answered = False
+        ok = False
         try:
-            loop = asyncio.get_running_loop()
             await loop.sock_sendall(sock, wire.encode_request(incarnation, ranges))
-            status = wire.decode_status(await _recv_exactly(sock, wire.STATUS_BYTES))
-            if status != wire.STATUS_OK:
+            head = await _recv_exactly(sock, wire.STATUS_BYTES)
+            answered = True
+            if wire.decode_status(head) != wire.STATUS_OK:
                 size = wire.decode_error_len(await _recv_exactly(sock, wire.ERROR_LEN_BYTES))
                 message = (await _recv_exactly(sock, size)).decode(errors="replace")
                 raise KvTransferError(f"peer refused: {message}", peer="", nbytes=0)
@@ -275,14 +340,23 @@ class TcpTransport(KvTransport):
                 raise wire.WireError(f"peer announced {total} bytes, expected {expected}")
             for target in targets:
                 await _recv_into(sock, target)
+            ok = True
+        except (_PeerClosed, ConnectionError) as exc:
+            if pooled and not answered:
+                raise _StaleConnection() from exc
+            raise
         finally:
-            sock.close()
+            if not ok:
+                sock.close()
 
     def forget(self, worker_id: str) -> None:
-        self._peers.pop(worker_id)
+        state = self._peers.pop(worker_id)
+        if state is not None:
+            state.close()
 
     async def close(self) -> None:
-        self._peers.pop_all()
+        for state in self._peers.pop_all():
+            state.close()
         tasks = [t for t in (self._accepting, *self._serving) if t is not None]
         for task in tasks:
             task.cancel()

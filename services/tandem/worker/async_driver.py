@@ -196,6 +196,9 @@ class AsyncEngineDriver:
     def stats(self) -> EngineStats:
         return self._stats
 
+    def forget_peer(self, address: str) -> None:
+        """Nothing cached per peer: the engine's transceiver owns its connections."""
+
     def active_sequences(self) -> int:
         return len(self._streams)
 

@@ -47,10 +47,13 @@ class WorkerClient:
         *,
         timeout_s: float = 30.0,
         decode_timeout_s: float = 600.0,
+        on_unavailable: Callable[[], None] | None = None,
     ) -> None:
         """``address`` is ``host:port``; ``timeout_s`` bounds unary calls and
-        ``decode_timeout_s`` a whole decode stream."""
+        ``decode_timeout_s`` a whole decode stream; ``on_unavailable`` is told when a
+        call finds the worker gone (a cache may then drop this client)."""
         self.address = address
+        self._on_unavailable = on_unavailable
         self.timeout_s = timeout_s
         self.decode_timeout_s = decode_timeout_s
         self._channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
@@ -79,7 +82,10 @@ class WorkerClient:
             raise self._error(exc) from None
 
     def _error(self, exc: grpc.aio.AioRpcError) -> WorkerCallError:
-        return WorkerCallError(self.address, exc.code().name, exc.details() or "")
+        status = exc.code().name
+        if status == "UNAVAILABLE" and self._on_unavailable is not None:
+            self._on_unavailable()
+        return WorkerCallError(self.address, status, exc.details() or "")
 
     async def prefill(
         self,

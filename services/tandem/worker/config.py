@@ -29,7 +29,9 @@ class WorkerConfig:
     kv_pin_margin_s: float = 5.0
     limits: AdmissionLimits = field(default_factory=AdmissionLimits)
     drain_grace_s: float = 30.0
-    rpc_timeout_s: float = 10.0  # worker -> worker calls (KvAgent, Release)
+    rpc_timeout_s: float = 10.0  # worker -> worker calls (KvAgent, ClaimKv, Release)
+    # A peer worker not called for this long is forgotten (channel, KV metadata).
+    peer_idle_s: float = 300.0
 
     @property
     def public_host(self) -> str:

@@ -98,6 +98,10 @@ class EngineDriver(Protocol):
         """A recent snapshot; cheap (called on every Stats RPC and scrape)."""
         ...
 
+    def forget_peer(self, address: str) -> None:
+        """The worker at ``address`` left: drop what is cached about it."""
+        ...
+
     def active_sequences(self) -> int: ...
 
 
@@ -117,9 +121,9 @@ class SyncEngineDriver:
         self._runner = runner
         self._transport = transport
         self._batcher = DecodeBatcher(runner)
-        peers = PeerDirectory(transport, client_for, config.rpc_timeout_s)
+        self._peers = PeerDirectory(transport, client_for, config.rpc_timeout_s)
         self._handoff = Handoff(
-            config, runner, transport, peers, leases, client_for, clock, on_quarantine
+            config, runner, transport, self._peers, leases, client_for, clock, on_quarantine
         )
 
     @property
@@ -193,6 +197,9 @@ class SyncEngineDriver:
 
     def stats(self) -> EngineStats:
         return self._runner.stats
+
+    def forget_peer(self, address: str) -> None:
+        self._peers.forget_address(address)
 
     def active_sequences(self) -> int:
         return len(self._batcher)

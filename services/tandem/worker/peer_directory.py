@@ -32,6 +32,7 @@ class PeerDirectory:
         self._client_for = client_for
         self._timeout_s = timeout_s
         self._peers: dict[str, PeerInfo] = {}  # worker_id -> newest known incarnation
+        self._addresses: dict[str, str] = {}  # worker_id -> its gRPC address
         self._pending: dict[tuple[str, str], asyncio.Future[PeerInfo]] = {}
 
     async def resolve(self, remote: RemoteKvHandle) -> PeerInfo:
@@ -81,6 +82,7 @@ class PeerDirectory:
         if previous is not None and previous.incarnation != peer.incarnation:
             logger.info("prefill worker %s restarted: now %s", peer.worker_id, peer.name)
         self._peers[peer.worker_id] = peer
+        self._addresses[peer.worker_id] = remote.grpc_address
         return peer
 
     async def explain_failure(self, remote: RemoteKvHandle) -> str:
@@ -101,4 +103,13 @@ class PeerDirectory:
     def forget(self, worker_id: str) -> None:
         """Drop a peer after a failed transfer, so the next pull handshakes again."""
         self._peers.pop(worker_id, None)
+        self._addresses.pop(worker_id, None)
         self._transport.forget(worker_id)
+
+    def forget_address(self, address: str) -> None:
+        """The worker at ``address`` left (or went idle): drop everything about it."""
+        for worker_id in [w for w, a in self._addresses.items() if a == address]:
+            self.forget(worker_id)
+
+    def __len__(self) -> int:
+        return len(self._peers)

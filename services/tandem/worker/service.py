@@ -42,6 +42,7 @@ from tandem.worker.errors import (
     WrongRole,
 )
 from tandem.worker.metrics import WorkerMetrics
+from tandem.worker.peer_clients import PeerClients
 from tandem.worker.types import (
     AgentInfo,
     DecodeChunk,
@@ -75,7 +76,7 @@ class WorkerService:
         self.grpc_address = grpc_address
         self._transport = transport
         self._leases = LeaseTable(config.lease_s, clock, margin_s=config.kv_pin_margin_s)
-        self._clients: dict[str, WorkerClient] = {}
+        self._peers = PeerClients(config.rpc_timeout_s, config.peer_idle_s, clock)
         self.metrics = WorkerMetrics(registry or CollectorRegistry())
         self._driver: EngineDriver
         if isinstance(engine, EngineRunner):
@@ -91,6 +92,7 @@ class WorkerService:
         else:
             self._driver = AsyncEngineDriver(config, engine, self._leases, self.client_for)
         self._engine = self._driver.engine
+        self._peers.on_evict(self._driver.forget_peer)
         self.config_digest = compute_config_digest(self._driver.info)
         self._status = HealthStatus.NOT_SERVING
         self._queued_requests = 0
@@ -113,17 +115,17 @@ class WorkerService:
             self._lease_task.cancel()
             await asyncio.gather(self._lease_task, return_exceptions=True)
         await self._driver.stop()
-        for client in self._clients.values():
-            await client.close()
+        await self._peers.close()
         await self._transport.close()
 
     def client_for(self, address: str) -> WorkerClient:
-        """One cached client per peer worker address (KvAgent and Release calls)."""
-        client = self._clients.get(address)
-        if client is None:
-            client = WorkerClient(address, timeout_s=self.config.rpc_timeout_s)
-            self._clients[address] = client
-        return client
+        """One cached client per peer worker address (KvAgent, ClaimKv and Release)."""
+        return self._peers.get(address)
+
+    @property
+    def known_peers(self) -> int:
+        """Peer workers this worker holds a client for."""
+        return len(self._peers)
 
     # -- prefill side ---------------------------------------------------------------
 
@@ -204,6 +206,7 @@ class WorkerService:
                 self._driver.release_soon(lease.request_id)
                 self._settled.set()
             self._transport.expect_reads(self._leases.pinned)
+            self._peers.evict_idle()
 
     # -- decode side ----------------------------------------------------------------
 

@@ -76,6 +76,9 @@ class Ends:
         transport = make_transport(self.backend, worker_id=worker_id, incarnation=incarnation)
         self.opened.append(transport)
         await transport.register([memoryview(r) for r in regions])
+        # Any end may be read from at any time here, as if a claim were always held (a
+        # NIXL target over UCX tcp only progresses while it expects reads).
+        transport.expect_reads(1)
         return transport
 
     async def close(self) -> None:
