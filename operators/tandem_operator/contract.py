@@ -4,12 +4,17 @@ Each process gets a short command line and one JSON document (mounted from the c
 ConfigMap at ``/etc/tandem/<component>.json``). Both are golden-tested
 (tests/unit/operator/golden/), because the worker and frontend parse exactly this:
 
-- worker:   ``python -m tandem.worker --role R --config /etc/tandem/R.json --host 0.0.0.0
-            --port 50051 --http-port 9090``; gRPC on ``--port``, ``/healthz``, ``/readyz``,
-            ``/metrics`` and ``POST /drain`` on ``--http-port``.
+- worker:   ``python -m tandem.worker --role R --config /etc/tandem/R.json --host $(POD_IP)
+            --port 50051 --http-port 9090 --credentials DIR --admin-socket SOCK``; gRPC
+            (mutual TLS) on the pod IP only, ``/healthz``, ``/readyz``, ``/metrics`` on
+            ``--http-port``, ``/drain`` on the admin socket (the preStop hook).
 - frontend: ``python -m tandem.frontend --config /etc/tandem/frontend.json --host 0.0.0.0
-            --port P``; OpenAI API plus ``/healthz``, ``/readyz``, ``/metrics``,
-            ``POST /drain`` on ``--port``.
+            --port P --credentials DIR --admin-socket SOCK``; OpenAI API plus
+            ``/healthz``, ``/readyz``, ``/metrics`` on ``--port``, ``/drain`` on the
+            admin socket.
+
+``DIR`` is the cluster's credentials Secret (``credentials.py``); ``SOCK`` a Unix socket
+in the pod's own ``/tmp``: draining is never reachable over the network.
 
 A document only carries what its reader needs, so that changing one pool's size or
 engine options rolls only the pods that read the changed document (each pod template
@@ -29,6 +34,7 @@ import json
 from typing import Any
 
 from tandem.api.v1alpha1 import EngineKind, InferenceCluster, PoolRole, PoolSpec
+from tandem.engines.simulated.config import render_simulated_options
 from tandem.engines.trtllm.config import render_trtllm_config
 from tandem_operator import names
 from tandem_operator.model_source import render_model_mount
@@ -66,9 +72,16 @@ def render_engine_options(cr: InferenceCluster, role: PoolRole) -> Manifest:
             "role": role.value,
             "llm_args": render_trtllm_config(cr, role),
         }
-    return merge_options(
-        spec.engine.options.as_dict(), pool_spec(cr, role).engine_options.as_dict()
-    )
+    pool = pool_spec(cr, role)
+    options = merge_options(spec.engine.options.as_dict(), pool.engine_options.as_dict())
+    if spec.engine.kind is EngineKind.SIMULATED:
+        return render_simulated_options(
+            options,
+            model=spec.model.name,
+            accelerator=spec.accelerator.profile,
+            tensor_parallel_size=pool.tensor_parallel_size,
+        )
+    return options
 
 
 def render_worker_config(cr: InferenceCluster, role: PoolRole) -> Manifest:
@@ -130,12 +143,17 @@ def worker_command(role: PoolRole) -> list[str]:
         role.value,
         "--config",
         f"{names.CONFIG_MOUNT_PATH}/{names.config_key(role.value)}",
+        # Kubernetes expands $(POD_IP) from the container's env (the downward API).
         "--host",
-        "0.0.0.0",
+        "$(POD_IP)",
         "--port",
         str(names.WORKER_GRPC_PORT),
         "--http-port",
         str(names.WORKER_HTTP_PORT),
+        "--credentials",
+        names.CREDENTIALS_MOUNT_PATH,
+        "--admin-socket",
+        names.ADMIN_SOCKET,
     ]
 
 
@@ -150,4 +168,8 @@ def frontend_command(port: int) -> list[str]:
         "0.0.0.0",
         "--port",
         str(port),
+        "--credentials",
+        names.CREDENTIALS_MOUNT_PATH,
+        "--admin-socket",
+        names.ADMIN_SOCKET,
     ]

@@ -12,14 +12,21 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pydantic
 
 from tandem.api.v1alpha1 import InferenceCluster, PoolRole, WorkerPoolStatus
+from tandem.security.pki import Issued, issue
 from tandem_operator import metrics, names, reasons
 from tandem_operator.capacity_gate import check_rollout
+from tandem_operator.credentials import (
+    DEFAULT_PROPAGATION,
+    parse_credentials_secret,
+    plan_credentials,
+    requested_rotation,
+)
 from tandem_operator.diff import contains, first_difference, needs_apply, owns_field
 from tandem_operator.informer import Key, Store
 from tandem_operator.k8s import (
@@ -50,6 +57,7 @@ from tandem_operator.profiles import get_profile
 from tandem_operator.render import (
     PoolHandle,
     render_cluster_children,
+    render_credentials,
     render_pool_children,
     render_worker_pool,
     uses_leader_worker_set,
@@ -118,8 +126,14 @@ class Reconciler:
         identity: str,
         now: Callable[[], datetime],
         amend_status: Callable[[InferenceCluster, StatusResult], StatusResult] | None = None,
+        credential_propagation: timedelta = DEFAULT_PROPAGATION,
+        issue_credentials: Callable[[str, datetime], Issued] = issue,
     ) -> None:
+        """``credential_propagation``: how long each rotation phase waits (credentials.py);
+        ``issue_credentials(cluster, now)`` makes a new CA and member certificate."""
         self._client = client
+        self._propagation = credential_propagation
+        self._issue = issue_credentials
         self._caches = caches
         self._settings = settings
         self._identity = identity
@@ -133,6 +147,7 @@ class Reconciler:
         """One pass over cluster ``key``; returns a requeue delay, or None."""
         obj = self._caches.of("InferenceCluster").get(*key)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
+            _forget_pool_replicas(*key)
             return None  # gone or going: owner references let the GC remove the children
         try:
             cr = parse_cluster(obj)
@@ -146,7 +161,7 @@ class Reconciler:
         failure: Failure | None = check_rollout(cr)
         try:
             if failure is None:
-                pools = await self._apply_all(cr)
+                pools, requeue = await self._apply_all(cr, obj)
         except KindNotServed as exc:
             reason = _MISSING_KIND_REASONS.get(exc.kind, reasons.APPLY_FAILED)
             failure = Failure(reason, _missing_kind_message(exc))
@@ -160,6 +175,7 @@ class Reconciler:
         if self._amend_status is not None:
             result = self._amend_status(cr, result)
         await self._write_status(cr, obj, result)
+        _record_pool_replicas(key, result)
         await self._emit(cr, result.events)
         return requeue
 
@@ -224,7 +240,40 @@ class Reconciler:
         with contextlib.suppress(Conflict):
             await self._client.apply(seed, field_manager=names.REPLICAS_FIELD_MANAGER, force=False)
 
-    async def _apply_all(self, cr: InferenceCluster) -> dict[PoolRole, Manifest]:
+    async def _apply_credentials(self, cr: InferenceCluster, obj: Manifest) -> float | None:
+        """Create the cluster's credentials, or move a rotation on; returns when to look
+        again while a rotation phase waits."""
+        namespace = cr.metadata.namespace or "default"
+        live = self._caches.of("Secret").get(
+            namespace, names.credentials_secret_name(cr.metadata.name)
+        )
+        state = parse_credentials_secret(live)
+        if live is not None and state is None:
+            logger.warning(
+                "[%s/%s] credentials Secret is unreadable; issuing new credentials",
+                namespace,
+                cr.metadata.name,
+            )
+        now = self._now()
+        plan = plan_credentials(
+            state,
+            requested_rotation(obj["metadata"].get("annotations") or {}),
+            now,
+            lambda: self._issue(cr.metadata.name, now),
+            self._propagation,
+        )
+        if plan.state != state:
+            logger.info(
+                "[%s/%s] credentials: %s", namespace, cr.metadata.name, plan.state.phase.value
+            )
+            await self._apply(render_credentials(cr, plan.state))
+        return plan.requeue_s
+
+    async def _apply_all(
+        self, cr: InferenceCluster, obj: Manifest
+    ) -> tuple[dict[PoolRole, Manifest], float | None]:
+        # The credentials first: pods mount them.
+        requeue = await self._apply_credentials(cr, obj)
         children = render_cluster_children(cr, self._settings, include_pool_replicas=False)
         others = [c for c in children if c["kind"] != "WorkerPool"]
         # Stage 1: the ConfigMap and Services, and the pools (their uid and size feed stage 2).
@@ -244,7 +293,7 @@ class Reconciler:
             second += render_pool_children(cr, role, handle, self._settings)
         await asyncio.gather(*(self._apply(c) for c in second))
         await self._prune(cr, [*children, *second], pools)
-        return pools
+        return pools, requeue
 
     async def _prune(
         self, cr: InferenceCluster, desired: Iterable[Manifest], pools: dict[PoolRole, Manifest]
@@ -412,6 +461,21 @@ class Reconciler:
 
 def _owns_replicas(pool: Manifest) -> bool:
     return owns_field(pool, names.FIELD_MANAGER, ("spec", "replicas"))
+
+
+def _record_pool_replicas(key: Key, result: StatusResult) -> None:
+    """Desired vs ready per pool, for dashboards (the same numbers as the status)."""
+    for role, status in result.pools.items():
+        gauge = metrics.POOL_REPLICAS
+        gauge.labels(key[0], key[1], role.value, "desired").set(status.desired_replicas)
+        gauge.labels(key[0], key[1], role.value, "ready").set(status.ready_replicas)
+
+
+def _forget_pool_replicas(namespace: str, name: str) -> None:
+    for role in PoolRole:
+        for state in ("desired", "ready"):
+            with contextlib.suppress(KeyError):
+                metrics.POOL_REPLICAS.remove(namespace, name, role.value, state)
 
 
 def _previous_pool_status(pool: Manifest) -> WorkerPoolStatus | None:

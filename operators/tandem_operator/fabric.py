@@ -43,6 +43,7 @@ Manifest = dict[str, Any]
 DEFAULT_RDMA_RESOURCE = "rdma/ib"
 GPU_UCX_TLS = ("rc", "cuda_copy", "cuda_ipc", "sm", "self")
 UCX_RNDV_THRESH_BYTES = 8192
+CPU_POD_INTERFACE = "eth0"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +74,11 @@ def render_ucx_env(
     env: list[Manifest] = []
     if tls:
         env.append({"name": "UCX_TLS", "value": tls})
-    if not gpu:  # CPU pods: TCP between processes, nothing to tune
+    if not gpu:
+        # CPU pods: TCP over the pod network. UCX would otherwise also offer the pod's own
+        # loopback, which a peer in another pod must never be handed; kubelet always
+        # names the pod's primary interface eth0.
+        env.append({"name": "UCX_NET_DEVICES", "value": CPU_POD_INTERFACE})
         return env
     env += [
         {"name": "UCX_RNDV_SCHEME", "value": "get_zcopy"},

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,14 +19,9 @@ from typing import IO, Any
 
 import yaml
 
+from tandem.devcluster.ports import allocate_ports
+
 HEALTH_POLL_SECONDS = 0.2
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def write_token_kubeconfig(admin_kubeconfig: Path, token: str, path: Path) -> Path:
@@ -68,7 +62,7 @@ class OperatorProcess:
     ) -> None:
         self.kubeconfig = kubeconfig
         self.log_path = log_path
-        self.metrics_port = metrics_port or free_port()
+        self.metrics_port = metrics_port or allocate_ports(1)[0]
         self._args = [
             sys.executable,
             "-m",

@@ -24,6 +24,8 @@ class HealthState:
     stale_after_seconds: float = 60.0
     is_leader: Callable[[], bool] = lambda: False
     synced: Callable[[], bool] = lambda: False
+    # Something the operator waits for that nobody can lead without (the Lease namespace).
+    blocked: Callable[[], bool] = lambda: False
     monotonic: Callable[[], float] = field(default=time.monotonic)
 
     def healthy(self) -> bool:
@@ -31,7 +33,9 @@ class HealthState:
 
     def ready(self) -> bool:
         # A standby replica is ready (it will take over); a leader once its caches synced.
-        return self.healthy() and (not self.is_leader() or self.synced())
+        if not self.healthy() or self.blocked():
+            return False
+        return not self.is_leader() or self.synced()
 
 
 def build_app(state: HealthState) -> web.Application:

@@ -19,6 +19,7 @@ import aiohttp
 
 from tandem_operator import metrics, names
 from tandem_operator.k8s import ApiError, Gone, KubeClient, NotFound, Resource
+from tandem_operator.problems import RecurringProblem
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +31,8 @@ WATCH_TIMEOUT_SECONDS = 300
 RETRY_MIN_SECONDS = 0.5
 RETRY_MAX_SECONDS = 30.0
 MISSING_API_POLL_SECONDS = 30.0
+# A required kind not served yet (its CRD about to be installed): look again soon.
+MISSING_REQUIRED_API_POLL_SECONDS = 5.0
 
 _DROPPED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
 
@@ -156,7 +159,11 @@ class Informer:
         on_change: ChangeHandler,
         keep_managed_fields: bool = False,
         optional: bool = False,
+        missing_message: str | None = None,
     ) -> None:
+        """``optional``: a kind the API server may not serve (its CRD absent): the store
+        stays empty and counts as synced. A required kind that is not served is waited
+        for, ``missing_message`` (what to install) logged once, and never counts as synced."""
         self.resource = resource
         self.store = Store(
             api_version=resource.api_version,
@@ -170,6 +177,11 @@ class Informer:
         self._selector = label_selector
         self._on_change = on_change
         self._optional = optional
+        group = f".{resource.group}" if resource.group else ""
+        self._missing_message = missing_message or (
+            f"{resource.plural}{group} is not served by the API server; waiting for it"
+        )
+        self._problem = RecurringProblem(logger)
 
     def _notify(self, changes: Iterable[tuple[Manifest | None, Manifest | None]]) -> None:
         for old, new in changes:
@@ -180,6 +192,7 @@ class Informer:
         self._notify(self.store.replace_all(items))
         self.available = True
         self.synced.set()
+        self._problem.resolve(f"watching {self.resource.plural}")
         return version
 
     async def _watch(self, version: str) -> str:
@@ -219,19 +232,20 @@ class Informer:
                 version = None  # too old: relist
                 continue
             except NotFound:
-                if not self._optional:
-                    raise
-                # The kind is not served (e.g. LeaderWorkerSet CRD absent): look again later.
+                # The kind is not served (e.g. its CRD is not installed): look again later.
                 self.available = False
-                self.synced.set()
                 version = None
-                await asyncio.sleep(MISSING_API_POLL_SECONDS)
+                if self._optional:
+                    self.synced.set()
+                    await asyncio.sleep(MISSING_API_POLL_SECONDS)
+                else:
+                    self._problem.report(self._missing_message)
+                    await asyncio.sleep(MISSING_REQUIRED_API_POLL_SECONDS)
                 continue
             except (ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 metrics.WATCH_RESTARTS.labels(self.resource.kind).inc()
-                logger.warning(
-                    "watch %s failed (%s); retrying in %.1fs", self.resource.plural, exc, delay
-                )
+                self._problem.report(f"watch {self.resource.plural} failed ({exc}); retrying")
+                logger.debug("watch %s: next try in %.1fs", self.resource.plural, delay)
                 version = None
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_SECONDS)

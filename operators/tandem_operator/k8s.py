@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import yaml
 from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
@@ -110,9 +112,14 @@ SERVICES = Resource("", "v1", "services", "Service")
 CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap")
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 PODS = Resource("", "v1", "pods", "Pod")
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
+ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 # NVIDIA's DRA driver for GPUs (multi-node NVLink on GB200); optional.
 COMPUTE_DOMAINS = Resource("resource.nvidia.com", "v1beta1", "computedomains", "ComputeDomain")
+SECRETS = Resource("", "v1", "secrets", "Secret")
+NETWORK_POLICIES = Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
 EVENTS = Resource("", "v1", "events", "Event")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 
@@ -127,8 +134,13 @@ BY_KIND: Mapping[str, Resource] = {
         CONFIG_MAPS,
         PDBS,
         PODS,
+        SERVICE_ACCOUNTS,
+        ROLES,
+        ROLE_BINDINGS,
         NODES,
         COMPUTE_DOMAINS,
+        SECRETS,
+        NETWORK_POLICIES,
         EVENTS,
         LEASES,
     )
@@ -139,13 +151,52 @@ def resource_of(obj: Manifest) -> Resource:
     return BY_KIND[obj["kind"]]
 
 
+class ConfigError(Exception):
+    """No usable client configuration; the message names the file(s) and what to do."""
+
+
+DEFAULT_KUBECONFIG = "~/.kube/config"
+
+
+def kubeconfig_paths(kubeconfig: str | None) -> list[str]:
+    """The files a kubeconfig is read from, as kubectl reads them: ``--kubeconfig``, else
+    every entry of $KUBECONFIG, else ~/.kube/config."""
+    value = kubeconfig if kubeconfig is not None else os.environ.get("KUBECONFIG")
+    if value is None:
+        return [DEFAULT_KUBECONFIG]
+    return [p for p in value.split(os.pathsep) if p]
+
+
+def _existing_kubeconfigs(kubeconfig: str | None) -> list[str]:
+    paths = kubeconfig_paths(kubeconfig)
+    found = [p for p in paths if os.path.isfile(os.path.expanduser(p))]
+    if not found:
+        where = ", ".join(paths) if paths else "$KUBECONFIG (set, but empty)"
+        raise ConfigError(
+            f"no kubeconfig at {where}: pass --kubeconfig FILE or set KUBECONFIG (for a dev "
+            "cluster: export KUBECONFIG=$(tandem dev cluster up))"
+        )
+    return found
+
+
 async def load_configuration(kubeconfig: str | None, in_cluster: bool) -> Configuration:
-    """Client configuration: an explicit kubeconfig wins, then in-cluster, then defaults."""
+    """Client configuration: an explicit kubeconfig wins, then in-cluster, then defaults.
+    Raises :class:`ConfigError` when none of them is usable."""
     cfg = Configuration()
     if kubeconfig is None and in_cluster:
-        kube_config.load_incluster_config(client_configuration=cfg)
-    else:
-        await kube_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        try:
+            kube_config.load_incluster_config(client_configuration=cfg)
+        except kube_config.ConfigException as exc:
+            raise ConfigError(f"in-cluster configuration: {exc}") from None
+        return cfg
+    found = _existing_kubeconfigs(kubeconfig)
+    try:
+        await kube_config.load_kube_config(
+            config_file=os.pathsep.join(found), client_configuration=cfg
+        )
+    except (kube_config.ConfigException, OSError, ValueError, yaml.YAMLError) as exc:
+        detail = " ".join(str(exc).split())  # YAML errors span lines
+        raise ConfigError(f"kubeconfig {', '.join(found)}: {detail}") from None
     return cfg
 
 

@@ -33,7 +33,8 @@ from typing import Any
 import aiohttp
 
 from tandem_operator import metrics
-from tandem_operator.k8s import LEASES, ApiError, Conflict, KubeClient
+from tandem_operator.k8s import LEASES, ApiError, Conflict, KubeClient, NotFound
+from tandem_operator.problems import RecurringProblem
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,16 @@ def decide(
     return Decision.WAIT
 
 
+class LeaseNamespaceMissing(Exception):
+    """The Lease's namespace does not exist: nobody can lead until it does."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__(
+            f"namespace {namespace} does not exist: create it (kubectl create namespace "
+            f"{namespace}) or pass --leader-election-namespace; waiting for it"
+        )
+
+
 def micro_time(moment: datetime) -> str:
     """metav1.MicroTime's wire format."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -120,6 +131,10 @@ class LeaderElector:
         self._seen: tuple[str, str | None] | None = None
         self._seen_at = 0.0
         self.last_activity = monotonic()  # for /healthz: the election loop is alive
+        self._problem = RecurringProblem(logger)
+        # For /readyz: True while the Lease cannot even be created (its namespace is gone).
+        self.blocked = False
+        self._ever_led = False
 
     # ------------------------------------------------------------------ one attempt
 
@@ -160,9 +175,12 @@ class LeaderElector:
             return False
         try:
             if decision is Decision.CREATE:
-                await self._client.create(
-                    LEASES, self._namespace, self._body(self._spec(None, taking=True), None)
-                )
+                try:
+                    await self._client.create(
+                        LEASES, self._namespace, self._body(self._spec(None, taking=True), None)
+                    )
+                except NotFound:  # the Lease API is core: only the namespace can be missing
+                    raise LeaseNamespaceMissing(self._namespace) from None
             else:
                 assert record is not None
                 spec = self._spec(record, taking=decision is Decision.TAKE)
@@ -179,10 +197,20 @@ class LeaderElector:
 
     async def _attempt(self) -> bool:
         try:
-            return await self.try_acquire_or_renew()
-        except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
-            logger.warning("leader election: %s", exc)
+            held = await self.try_acquire_or_renew()
+        except LeaseNamespaceMissing as exc:
+            self.blocked = True
+            self._problem.report(str(exc))
             return False
+        except aiohttp.ClientConnectorError as exc:
+            self._problem.report(f"leader election: cannot reach the API server ({exc}); retrying")
+            return False
+        except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
+            self._problem.report(f"leader election: {exc}; retrying")
+            return False
+        self.blocked = False
+        self._problem.resolve(f"leader election works again ({self._namespace}/{self._name})")
+        return held
 
     async def release(self) -> None:
         """Give the Lease up (only if we still hold it) so a successor need not wait."""
@@ -239,7 +267,7 @@ class LeaderElector:
         try:
             while True:
                 await self._acquire()
-                self.is_leader = True
+                self.is_leader = self._ever_led = True
                 metrics.IS_LEADER.set(1)
                 lead_task = asyncio.ensure_future(lead())
                 renew_task = asyncio.ensure_future(self._keep_renewing())
@@ -256,6 +284,7 @@ class LeaderElector:
                 logger.warning("lost leadership; standing by")
         finally:
             try:
-                await asyncio.wait_for(self.release(), timeout=5)
+                if self._ever_led:  # else there is nothing of ours to release
+                    await asyncio.wait_for(self.release(), timeout=5)
             except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
                 logger.warning("could not release leader lease: %s", exc)

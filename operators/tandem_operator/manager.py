@@ -13,14 +13,16 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
 
+from tandem.portcheck import bind_error
 from tandem_operator import k8s, metrics, names
 from tandem_operator.autoscaler import Autoscaler
 from tandem_operator.controller import Caches, Reconciler
+from tandem_operator.credentials import DEFAULT_PROPAGATION, requested_rotation
 from tandem_operator.health import HealthState, start_server
 from tandem_operator.informer import Informer, Key, key_of
 from tandem_operator.k8s import ApiError, KubeClient
@@ -29,6 +31,7 @@ from tandem_operator.metrics_source import MetricsSource
 from tandem_operator.observe import observe_pod
 from tandem_operator.placement import NVLINK_DOMAIN_LABEL
 from tandem_operator.pods import RenderSettings
+from tandem_operator.problems import RecurringProblem
 from tandem_operator.workqueue import WorkQueue
 
 logger = logging.getLogger(__name__)
@@ -37,6 +40,32 @@ Manifest = dict[str, Any]
 
 LEASE_NAME = "tandem-operator"
 CHILD_SELECTOR = f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY},{names.LABEL_CLUSTER}"
+# Out of a cluster the probes need not be reachable from anywhere else; in a pod the
+# kubelet probes the pod IP (and `kubectl port-forward` dials the pod's loopback).
+LOOPBACK = "127.0.0.1"
+ALL_ADDRESSES = "0.0.0.0"
+IN_CLUSTER_METRICS_PORT = 8080
+OUT_OF_CLUSTER_METRICS_PORT = 8081
+
+
+def default_metrics_host(in_cluster: bool) -> str:
+    return ALL_ADDRESSES if in_cluster else LOOPBACK
+
+
+def default_metrics_port(in_cluster: bool) -> int:
+    """8080 in a pod (the chart's port); out of a cluster 8081, because 8080 on localhost is
+    where kubectl and helm dial when no kubeconfig is set: an operator answering there would
+    turn a forgotten `export KUBECONFIG` into "the server could not find the requested
+    resource" instead of "connection refused"."""
+    return IN_CLUSTER_METRICS_PORT if in_cluster else OUT_OF_CLUSTER_METRICS_PORT
+
+
+def missing_crd_message(resource: k8s.Resource) -> str:
+    return (
+        f"CRD {resource.plural}.{resource.group} is not installed: `helm install tandem "
+        "charts/tandem -n tandem-system --create-namespace` or `kubectl apply --server-side "
+        "-f manifests/crds/` installs it; waiting for it"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +73,8 @@ class OperatorOptions:
     kubeconfig: str | None = None
     in_cluster: bool = False
     namespace: str | None = None  # None: every namespace
-    metrics_host: str = "0.0.0.0"
-    metrics_port: int = 8080
+    metrics_host: str = LOOPBACK
+    metrics_port: int = OUT_OF_CLUSTER_METRICS_PORT
     leader_election_namespace: str = "tandem-system"
     lease_name: str = LEASE_NAME
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
@@ -55,6 +84,9 @@ class OperatorOptions:
     # Autoscaler: where to read a cluster's frontend metrics instead of its pods
     # ("NAMESPACE/NAME" or "*" -> base URL); for out-of-cluster development and e2e.
     frontend_metrics_urls: dict[str, str] = field(default_factory=dict)
+    # How long each phase of a credentials rotation waits for every pod's Secret mount
+    # to catch up (kubelet's sync period plus its cache TTL, with room to spare).
+    credential_propagation: timedelta = DEFAULT_PROPAGATION
 
 
 def _generation_changed(old: Manifest | None, new: Manifest | None) -> bool:
@@ -65,6 +97,13 @@ def _generation_changed(old: Manifest | None, new: Manifest | None) -> bool:
         before.get("generation") != after.get("generation")
         or before.get("deletionTimestamp") != after.get("deletionTimestamp")
     )
+
+
+def _rotation_requested(old: Manifest | None, new: Manifest | None) -> bool:
+    def value(obj: Manifest | None) -> str:
+        return requested_rotation((obj or {}).get("metadata", {}).get("annotations") or {})
+
+    return value(old) != value(new)
 
 
 def _ignore(old: Manifest | None, new: Manifest | None) -> None:
@@ -85,6 +124,7 @@ class Controller:
     def __init__(self, client: KubeClient, options: OperatorOptions) -> None:
         self.queue: WorkQueue[Key] = WorkQueue()
         self.informers: list[Informer] = []
+        self._failing: dict[Key, RecurringProblem] = {}  # clusters whose reconcile fails
         self._options = options
         ns = options.namespace
 
@@ -97,9 +137,30 @@ class Controller:
             self.informers.append(inf)
             return inf
 
-        clusters = informer(k8s.INFERENCE_CLUSTERS, self._on_cluster)
-        informer(k8s.WORKER_POOLS, self._on_pool, keep_managed_fields=True)
-        for resource in (k8s.DEPLOYMENTS, k8s.SERVICES, k8s.CONFIG_MAPS, k8s.PDBS):
+        clusters = informer(
+            k8s.INFERENCE_CLUSTERS,
+            self._on_cluster,
+            missing_message=missing_crd_message(k8s.INFERENCE_CLUSTERS),
+        )
+        informer(
+            k8s.WORKER_POOLS,
+            self._on_pool,
+            keep_managed_fields=True,
+            missing_message=missing_crd_message(k8s.WORKER_POOLS),
+        )
+        for resource in (
+            k8s.DEPLOYMENTS,
+            k8s.SERVICES,
+            k8s.CONFIG_MAPS,
+            k8s.PDBS,
+            k8s.SERVICE_ACCOUNTS,
+            k8s.ROLES,
+            k8s.ROLE_BINDINGS,
+            k8s.NETWORK_POLICIES,
+            # Only the credentials Secrets we made are cached (RBAC cannot narrow the
+            # watch itself: docs/operator.md says why list/watch on Secrets is needed).
+            k8s.SECRETS,
+        ):
             informer(resource, self._on_child, label_selector=CHILD_SELECTOR)
         informer(k8s.PODS, self._on_pod, label_selector=CHILD_SELECTOR)
         informer(
@@ -126,6 +187,7 @@ class Controller:
             identity=options.identity,
             now=lambda: datetime.now(UTC),
             amend_status=self.autoscaler.amend_status,
+            credential_propagation=options.credential_propagation,
         )
 
     def synced(self) -> bool:
@@ -138,9 +200,11 @@ class Controller:
         if new is None:
             if old is not None:
                 self.queue.forget(key_of(old))
+                self._failing.pop(key_of(old), None)
             return
-        # Our own status writes do not bump the generation: skip them.
-        if _generation_changed(old, new):
+        # Our own status writes do not bump the generation: skip them. A credentials
+        # rotation is asked for with an annotation, which does not bump it either.
+        if _generation_changed(old, new) or _rotation_requested(old, new):
             self.queue.add(key_of(new))
 
     def _on_pool(self, old: Manifest | None, new: Manifest | None) -> None:
@@ -178,20 +242,28 @@ class Controller:
                 if requeue is not None:
                     outcome = "requeue"
                     self.queue.add_after(key, requeue)
+                problem = self._failing.pop(key, None)
+                if problem is not None:
+                    problem.resolve(f"[{key[0]}/{key[1]}] reconciles again")
             except ApiError as exc:
                 outcome = "error"
                 metrics.RECONCILE_ERRORS.labels("api").inc()
-                delay = self.queue.add_rate_limited(key)
-                logger.warning("[%s/%s] reconcile failed: %s (retry in %.1fs)", *key, exc, delay)
+                self._failed(key, str(exc))
             except (aiohttp.ClientError, TimeoutError) as exc:
                 outcome = "error"
                 metrics.RECONCILE_ERRORS.labels("connection").inc()
-                delay = self.queue.add_rate_limited(key)
-                logger.warning("[%s/%s] reconcile failed: %r (retry in %.1fs)", *key, exc, delay)
+                self._failed(key, repr(exc))
             finally:
                 self.queue.done(key)
                 metrics.RECONCILES.labels(outcome).inc()
                 metrics.RECONCILE_DURATION.observe(time.perf_counter() - started)
+
+    def _failed(self, key: Key, error: str) -> None:
+        """Retry with backoff; say so once while the same error lasts."""
+        delay = self.queue.add_rate_limited(key)
+        problem = self._failing.setdefault(key, RecurringProblem(logger))
+        problem.report(f"[{key[0]}/{key[1]}] reconcile failed: {error}; retrying")
+        logger.debug("[%s/%s] next reconcile in %.1fs", *key, delay)
 
     async def _resync(self) -> None:
         """Level-triggered safety net: revisit every cluster now and then."""
@@ -216,8 +288,18 @@ class Controller:
 
 
 async def run(options: OperatorOptions) -> None:
-    """Run until cancelled: serve probes, compete for the Lease, reconcile while leading."""
+    """Run until cancelled: serve probes, compete for the Lease, reconcile while leading.
+
+    Raises ``k8s.ConfigError`` (no usable kubeconfig) or ``tandem.portcheck.PortError``
+    (the metrics port is taken) before doing anything else."""
     client = await KubeClient.connect(options.kubeconfig, in_cluster=options.in_cluster)
+    try:
+        await _serve(client, options)
+    finally:
+        await client.close()
+
+
+async def _serve(client: KubeClient, options: OperatorOptions) -> None:
     elector = LeaderElector(
         client,
         name=options.lease_name,
@@ -238,8 +320,12 @@ async def run(options: OperatorOptions) -> None:
         last_activity=lambda: elector.last_activity,
         is_leader=lambda: elector.is_leader,
         synced=lambda: bool(current) and current[0].synced(),
+        blocked=lambda: elector.blocked,
     )
-    runner = await start_server(state, options.metrics_host, options.metrics_port)
+    try:
+        runner = await start_server(state, options.metrics_host, options.metrics_port)
+    except OSError as exc:
+        raise bind_error(options.metrics_host, options.metrics_port, exc) from None
     logger.info(
         "tandem operator %s: metrics on %s:%d, lease %s/%s, watching %s",
         options.identity,
@@ -253,4 +339,3 @@ async def run(options: OperatorOptions) -> None:
         await elector.run(lead)
     finally:
         await runner.cleanup()
-        await client.close()

@@ -42,6 +42,12 @@ WATCH_RESTARTS = Counter(
 )
 IS_LEADER = Gauge("tandem_operator_leader", "1 while this replica holds the leader Lease.")
 MANAGED_CLUSTERS = Gauge("tandem_operator_managed_clusters", "InferenceClusters in the cache.")
+POOL_REPLICAS = Gauge(
+    "tandem_operator_pool_replicas",
+    "Worker replicas of each pool, by state (desired: the WorkerPool's target; ready), as "
+    "the last status write counted them.",
+    ["inference_cluster_namespace", "inference_cluster", "pool", "state"],
+)
 EVENTS_EMITTED = Counter(
     "tandem_operator_events_total", "Kubernetes Events emitted, by type.", ["type"]
 )

@@ -37,6 +37,7 @@ from tandem.autoscale.exposition import (
     parse_router_reading,
     parse_worker_loads,
 )
+from tandem_operator import names, reasons
 from tandem_operator.observe import observe_pod
 
 logger = logging.getLogger(__name__)
@@ -48,7 +49,12 @@ WILDCARD = "*"
 
 
 class ScrapeError(Exception):
-    """No frontend of the cluster could be read: the autoscaler must not act blindly."""
+    """No frontend of the cluster could be read: the autoscaler must not act blindly.
+    ``reason`` is the ``ScalingActive=False`` reason; the message says what to do."""
+
+    def __init__(self, message: str, *, reason: str = reasons.METRICS_UNAVAILABLE) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +105,18 @@ def compute_frontend_targets(
     return sorted(targets)
 
 
+def no_source_message(cr: InferenceCluster) -> str:
+    """Why an out-of-cluster operator cannot autoscale ``cr``, and the flag that fixes it."""
+    namespace, name = cr.metadata.namespace or "default", cr.metadata.name
+    port, service = cr.spec.frontend.port, names.frontend_name(name)
+    return (
+        "the operator runs outside the cluster, where frontend pods cannot be reached: run "
+        f"it with --frontend-metrics-url {namespace}/{name}=http://127.0.0.1:{port} (e.g. "
+        f"through `kubectl port-forward -n {namespace} svc/{service} {port}`) or *=URL; "
+        "until then the pools keep their size"
+    )
+
+
 class FrontendSource(Protocol):
     """What the autoscaler reads load from (:class:`MetricsSource` over HTTP)."""
 
@@ -138,8 +156,9 @@ class MetricsSource:
             cr, frontend_pods, self._overrides, scrape_pods=self._scrape_pods
         )
         if not targets:
-            where = "ready frontend" if self._scrape_pods else "--frontend-metrics-url"
-            raise ScrapeError(f"no {where} to read metrics from")
+            if self._scrape_pods:
+                raise ScrapeError("no frontend pod is ready", reason=reasons.NO_READY_FRONTEND)
+            raise ScrapeError(no_source_message(cr), reason=reasons.NO_METRICS_SOURCE)
         results = await asyncio.gather(
             *(self._scrape_one(base, at) for base in targets), return_exceptions=True
         )

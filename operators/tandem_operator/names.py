@@ -28,14 +28,24 @@ LABEL_ROLE = "tandem.dev/role"  # frontend | prefill | decode
 ANNOTATION_CONFIG_HASH = "tandem.dev/config-hash"  # on pod templates: pods roll on change
 ANNOTATION_APPLIED_HASH = "tandem.dev/applied-hash"  # on objects: what we last applied
 ANNOTATION_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+# On an InferenceCluster: a new value asks for new credentials (credentials.py).
+ANNOTATION_ROTATE_CREDENTIALS = "tandem.dev/rotate-credentials"
+# On its credentials Secret: the rotation phase, since when, and the request it answers.
+ANNOTATION_CREDENTIALS_PHASE = "tandem.dev/credentials-phase"
+ANNOTATION_CREDENTIALS_SINCE = "tandem.dev/credentials-phase-since"
+ANNOTATION_CREDENTIALS_ROTATION = "tandem.dev/credentials-rotation"
 
 FRONTEND = "frontend"
 
 # Ports of the data-plane contract (see pods.py).
 WORKER_GRPC_PORT = 50051
 WORKER_HTTP_PORT = 9090
+WORKER_GRPC_PORT_NAME = "grpc"
 
 CONFIG_MOUNT_PATH = "/etc/tandem"
+CREDENTIALS_MOUNT_PATH = "/var/run/tandem/credentials"
+# The admin socket (/drain, for the preStop hook) lives in the pod's own /tmp emptyDir.
+ADMIN_SOCKET = "/tmp/tandem-admin.sock"
 
 
 def frontend_name(cluster: str) -> str:
@@ -49,6 +59,14 @@ def pool_name(cluster: str, role: PoolRole) -> str:
 
 def config_map_name(cluster: str) -> str:
     return f"{cluster}-config"
+
+
+def credentials_secret_name(cluster: str) -> str:
+    return f"{cluster}-credentials"
+
+
+def network_policy_name(cluster: str) -> str:
+    return f"{cluster}-workers"
 
 
 def config_key(component: str) -> str:
@@ -94,5 +112,6 @@ def endpoint(cluster: str, namespace: str, port: int) -> str:
 
 
 def worker_address(cluster: str, namespace: str, role: PoolRole) -> str:
-    """gRPC target the frontend resolves to find a pool's ready workers (headless DNS)."""
-    return f"dns:///{pool_name(cluster, role)}.{namespace}.svc:{WORKER_GRPC_PORT}"
+    """Where the frontend finds a pool's ready workers: the EndpointSlices of the pool's
+    Service, port ``grpc`` (``tandem.router.endpoint_slices``)."""
+    return f"kubernetes:///{pool_name(cluster, role)}.{namespace}:{WORKER_GRPC_PORT_NAME}"

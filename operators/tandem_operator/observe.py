@@ -6,6 +6,7 @@ values instead of full Deployment/Pod JSON.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,6 +113,25 @@ _WAITING_REASONS: Mapping[str, str] = {
 }
 
 
+# The scheduler's words for a pod whose PVC does not exist (k8s 1.36 prints the claim's
+# "not found" twice: `... persistentvolumeclaim "models" not found. not found`).
+_MISSING_CLAIM = re.compile(r'persistentvolumeclaim "([^"]+)" not found')
+
+
+def describe_missing_claim(message: str, namespace: str) -> PodProblem | None:
+    """A pod refused because its PVC does not exist: which claim, and what to do."""
+    found = _MISSING_CLAIM.search(message)
+    if found is None:
+        return None
+    claim = found[1]
+    return PodProblem(
+        reasons.VOLUME_MISSING,
+        f"persistentvolumeclaim {claim!r} does not exist in namespace {namespace}: create it "
+        f"and put the model there (spec.model.source pvc://{claim}/...; e.g. "
+        "manifests/storage/models-pvc.yaml, docs/gpu-deployment.md §2)",
+    )
+
+
 def classify_unschedulable(message: str) -> str:
     for needle, reason in _SCHEDULER_PATTERNS:
         if needle in message:
@@ -136,7 +156,10 @@ def observe_pod(obj: Manifest) -> PodObservation:
             and cond.get("reason") == "Unschedulable"
         ):
             message = cond.get("message") or "pod cannot be scheduled"
-            problem = PodProblem(classify_unschedulable(message), message)
+            namespace = obj.get("metadata", {}).get("namespace", "")
+            problem = describe_missing_claim(message, namespace) or PodProblem(
+                classify_unschedulable(message), message
+            )
     if problem is None:
         for container in (obj.get("status") or {}).get("containerStatuses") or ():
             waiting = (container.get("state") or {}).get("waiting") or {}

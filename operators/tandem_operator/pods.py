@@ -5,10 +5,15 @@ The hardware parts come from ``profiles``; the command lines and config document
 
 - probes: a startup probe sized for model loading, then readiness (``/readyz``, flips to
   false while draining) and liveness (``/healthz``);
-- graceful drain: a ``preStop`` hook (``GET /drain`` returns once in-flight requests are
-  done) and a termination grace period long enough for the longest request;
-- a hardened, unprivileged container where the image allows it (read-only root
-  filesystem, writable ``/tmp`` only), no API credentials in data-plane pods.
+- graceful drain: a ``preStop`` hook that runs in the container and asks the process on
+  its admin socket to drain (it answers once in-flight requests are done; nothing on
+  the network can), and a termination grace period long enough for the longest request;
+- the cluster's credentials (``credentials.py``) mounted read-only for mutual TLS;
+- a hardened container: frontends and CPU workers pass the Pod Security Standard
+  "restricted" (non-root, no privilege escalation, all capabilities dropped,
+  RuntimeDefault seccomp, read-only root filesystem, writable ``/tmp`` only); GPU
+  workers run NVIDIA's images as root and add ``IPC_LOCK`` (pinned memory for RDMA) and
+  a memory-backed ``/dev/shm`` (docs/security.md); no API credentials in workers.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from tandem_operator.contract import (
     pool_spec,
     worker_command,
 )
+from tandem_operator.credentials import render_credentials_volume
 from tandem_operator.model_source import render_model_mount
 from tandem_operator.profiles import (
     HardwareOptions,
@@ -44,6 +50,12 @@ MIN_STREAM_TOKENS_PER_SECOND = 20
 GRACE_FLOOR_SECONDS = 60
 GRACE_CEILING_SECONDS = 900
 NON_ROOT_UID = 65532
+DRAIN_COMMAND = ["python", "-m", "tandem.admin", "drain", "--socket", names.ADMIN_SOCKET]
+CREDENTIALS_MOUNT = {
+    "name": "credentials",
+    "mountPath": names.CREDENTIALS_MOUNT_PATH,
+    "readOnly": True,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +72,8 @@ class RenderSettings:
         }
     )
     hardware: HardwareOptions = field(default_factory=HardwareOptions)
+    # NetworkPolicyPeers that may scrape the workers' /metrics (empty: only the cluster).
+    worker_metrics_from: tuple[Manifest, ...] = ()
 
 
 def clamp(value: int, low: int, high: int) -> int:
@@ -152,7 +166,8 @@ def _probes(port: str, startup_budget_seconds: int) -> Manifest:
             "timeoutSeconds": 5,
             "failureThreshold": 3,
         },
-        "lifecycle": {"preStop": {"httpGet": {"path": "/drain", "port": port}}},
+        # Runs in the container: the admin socket is not reachable from anywhere else.
+        "lifecycle": {"preStop": {"exec": {"command": DRAIN_COMMAND}}},
     }
 
 
@@ -187,7 +202,8 @@ def _pod_spec(
     hardware: WorkerHardware | None,
 ) -> Manifest:
     spec: Manifest = {
-        "automountServiceAccountToken": False,  # data-plane pods never call the API
+        # Workers never call the API; the frontend opts back in (see access.py).
+        "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": grace,
         "containers": [container],
@@ -195,11 +211,10 @@ def _pod_spec(
         "topologySpreadConstraints": _spread(selector, hardware.spread_max_skew if hardware else 1),
     }
     non_root = hardware.non_root if hardware else True
+    spec["securityContext"] = {"seccompProfile": {"type": "RuntimeDefault"}}
     if non_root:
-        spec["securityContext"] = {
-            "runAsNonRoot": True,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        }
+        # fsGroup: the mounted credentials (mode 0440) are readable by the pod's group.
+        spec["securityContext"] |= {"runAsNonRoot": True, "fsGroup": NON_ROOT_UID}
     if hardware:
         if hardware.node_selector:
             spec["nodeSelector"] = hardware.node_selector
@@ -242,13 +257,18 @@ def render_worker_pod_template(
         "imagePullPolicy": settings.image_pull_policy,
         "command": worker_command(role),
         "ports": [
-            {"name": "grpc", "containerPort": names.WORKER_GRPC_PORT, "protocol": "TCP"},
+            {
+                "name": names.WORKER_GRPC_PORT_NAME,
+                "containerPort": names.WORKER_GRPC_PORT,
+                "protocol": "TCP",
+            },
             {"name": "http", "containerPort": names.WORKER_HTTP_PORT, "protocol": "TCP"},
         ],
         "env": env,
         "resources": _with_claims(hardware.resources, hardware.container_claims),
         "volumeMounts": [
             {"name": "config", "mountPath": names.CONFIG_MOUNT_PATH, "readOnly": True},
+            CREDENTIALS_MOUNT,
             {"name": "tmp", "mountPath": "/tmp"},
             *hardware.volume_mounts,
             *(model.volume_mounts if model else ()),
@@ -258,6 +278,7 @@ def render_worker_pod_template(
     }
     volumes = [
         _config_volume(cr, role.value),
+        render_credentials_volume(cluster),
         {"name": "tmp", "emptyDir": {}},
         *hardware.volumes,
         *(model.volumes if model else ()),
@@ -301,12 +322,17 @@ def render_frontend_pod_template(
         "resources": settings.frontend_resources,
         "volumeMounts": [
             {"name": "config", "mountPath": names.CONFIG_MOUNT_PATH, "readOnly": True},
+            CREDENTIALS_MOUNT,
             {"name": "tmp", "mountPath": "/tmp"},
         ],
         "securityContext": _security_context(non_root=True),
         **_probes("http", startup_budget_seconds=120),
     }
-    volumes = [_config_volume(cr, names.FRONTEND), {"name": "tmp", "emptyDir": {}}]
+    volumes = [
+        _config_volume(cr, names.FRONTEND),
+        render_credentials_volume(cluster),
+        {"name": "tmp", "emptyDir": {}},
+    ]
     selector = names.selector_labels(cluster, names.FRONTEND)
     spec = _pod_spec(
         container=container,
@@ -315,6 +341,9 @@ def render_frontend_pod_template(
         selector=selector,
         hardware=None,
     )
+    # The frontend watches its pools' EndpointSlices with its own, narrow identity.
+    spec["serviceAccountName"] = names.frontend_name(cluster)
+    spec["automountServiceAccountToken"] = True
     return {
         "metadata": {
             "labels": names.standard_labels(cluster, names.FRONTEND),

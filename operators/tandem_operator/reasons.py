@@ -17,6 +17,16 @@ NVLINK_LOCAL = "NVLinkLocal"
 # ``ScaleReason`` values ``Unschedulable`` and ``AtMaxReplicas``.
 SCALING_LIMITED = "ScalingLimited"
 DESIRED_WITHIN_RANGE = "DesiredWithinRange"  # ScalingLimited=False
+# Set by the autoscaler (builtin mode only): can it read the load it scales on? While it
+# cannot, pools keep their size.
+SCALING_ACTIVE = "ScalingActive"
+METRICS_AVAILABLE = "MetricsAvailable"  # ScalingActive=True
+# ScalingActive=False: out of the cluster with no --frontend-metrics-url for it (frontend
+# pods are unreachable from there); in the cluster no frontend pod is ready yet; or no
+# frontend answered.
+NO_METRICS_SOURCE = "NoMetricsSource"
+NO_READY_FRONTEND = "NoReadyFrontend"
+METRICS_UNAVAILABLE = "MetricsUnavailable"
 
 # Ready=True
 CLUSTER_READY = "ClusterReady"  # every pool and the frontend have all desired replicas ready
@@ -40,6 +50,7 @@ INSUFFICIENT_MEMORY = "InsufficientMemory"
 INSUFFICIENT_RDMA = "InsufficientRDMA"  # no node has a free RDMA device-plugin resource
 NO_MATCHING_NODES = "NoMatchingNodes"  # selector/affinity/taints exclude every node
 UNSCHEDULABLE = "Unschedulable"  # any other scheduler refusal
+VOLUME_MISSING = "VolumeMissing"  # a PVC the pods mount (the model's) does not exist
 IMAGE_PULL_FAILED = "ImagePullFailed"
 CRASH_LOOP = "CrashLoopBackOff"
 INVALID_SPEC = "InvalidSpec"

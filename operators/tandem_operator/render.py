@@ -9,11 +9,15 @@ Object tree (all names derived from the cluster name ``C``)::
 
     InferenceCluster C
     ├── ConfigMap C-config          frontend.json, prefill.json, decode.json
+    ├── Secret C-credentials        the cluster's CA bundle + member certificate
+    │                               (applied by the controller: credentials.py)
+    ├── NetworkPolicy C-workers     workers accept only the cluster's own pods
     ├── ComputeDomain C-nvlink      GB200 only: IMEX channel for whole-tray workers
     ├── Deployment C-frontend       + Service C-frontend (the endpoint)
+    ├── ServiceAccount C-frontend   + Role/RoleBinding: watch the pools' EndpointSlices
     ├── WorkerPool C-prefill        (/scale target)
     │   ├── Deployment C-prefill    (LeaderWorkerSet when nodesPerWorker > 1)
-    │   ├── Service C-prefill       headless: the router resolves ready workers by DNS
+    │   ├── Service C-prefill       headless; its EndpointSlices list the ready workers
     │   └── PodDisruptionBudget C-prefill
     └── WorkerPool C-decode         (same children)
 """
@@ -27,6 +31,7 @@ from typing import Any
 
 from tandem.api.v1alpha1 import API_VERSION, InferenceCluster, PoolRole
 from tandem_operator import names
+from tandem_operator.access import render_frontend_access
 from tandem_operator.contract import (
     config_hash,
     dump_config,
@@ -34,11 +39,13 @@ from tandem_operator.contract import (
     render_frontend_config,
     render_worker_config,
 )
+from tandem_operator.credentials import CredentialState, render_credentials_secret
 from tandem_operator.multinode import (
     SUBDOMAIN_POLICY,
     launches_mpi_world,
     render_group_templates,
 )
+from tandem_operator.network_policy import render_worker_network_policy
 from tandem_operator.placement import render_compute_domain
 from tandem_operator.pods import (
     RenderSettings,
@@ -130,7 +137,7 @@ def render_config_map(cr: InferenceCluster) -> Manifest:
 
 
 def render_frontend(cr: InferenceCluster, settings: RenderSettings) -> list[Manifest]:
-    """The frontend Deployment and its Service (the cluster's endpoint)."""
+    """The frontend Deployment, its Service (the cluster's endpoint) and its API access."""
     cluster = cr.metadata.name
     name = names.frontend_name(cluster)
     labels = names.standard_labels(cluster, names.FRONTEND)
@@ -168,7 +175,8 @@ def render_frontend(cr: InferenceCluster, settings: RenderSettings) -> list[Mani
             ],
         },
     }
-    return [stamp_applied_hash(deployment), stamp_applied_hash(service)]
+    access = render_frontend_access(_meta(cr, name, labels, _cluster_owner(cr)))
+    return [stamp_applied_hash(o) for o in (*access, deployment, service)]
 
 
 def render_worker_pool(cr: InferenceCluster, role: PoolRole, *, include_replicas: bool) -> Manifest:
@@ -212,12 +220,36 @@ def render_compute_domains(cr: InferenceCluster, settings: RenderSettings) -> li
     return [stamp_applied_hash(render_compute_domain(cr, _cluster_owner(cr)))] if claimed else []
 
 
+def render_network_policy(cr: InferenceCluster, settings: RenderSettings) -> Manifest:
+    cluster = cr.metadata.name
+    meta = _meta(
+        cr, names.network_policy_name(cluster), names.cluster_labels(cluster), _cluster_owner(cr)
+    )
+    return stamp_applied_hash(
+        render_worker_network_policy(meta, cluster, settings.worker_metrics_from)
+    )
+
+
+def render_credentials(cr: InferenceCluster, state: CredentialState) -> Manifest:
+    """The cluster's credentials Secret holding ``state`` (see ``credentials.py``)."""
+    cluster = cr.metadata.name
+    meta = _meta(
+        cr,
+        names.credentials_secret_name(cluster),
+        names.cluster_labels(cluster),
+        _cluster_owner(cr),
+    )
+    return render_credentials_secret(meta, state)
+
+
 def render_cluster_children(
     cr: InferenceCluster, settings: RenderSettings, *, include_pool_replicas: bool
 ) -> list[Manifest]:
-    """Everything owned directly by the InferenceCluster."""
+    """Everything owned directly by the InferenceCluster (but its credentials Secret,
+    which depends on what the live one holds: see ``credentials.py``)."""
     return [
         render_config_map(cr),
+        render_network_policy(cr, settings),
         *render_compute_domains(cr, settings),
         *render_frontend(cr, settings),
         *(render_worker_pool(cr, r, include_replicas=include_pool_replicas) for r in PoolRole),
@@ -321,7 +353,11 @@ def render_pool_children(
             "selector": selector,
             # publishNotReadyAddresses stays false: the router only resolves ready workers.
             "ports": [
-                {"name": "grpc", "port": names.WORKER_GRPC_PORT, "targetPort": "grpc"},
+                {
+                    "name": names.WORKER_GRPC_PORT_NAME,
+                    "port": names.WORKER_GRPC_PORT,
+                    "targetPort": names.WORKER_GRPC_PORT_NAME,
+                },
                 {"name": "http", "port": names.WORKER_HTTP_PORT, "targetPort": "http"},
             ],
         },

@@ -40,6 +40,7 @@ from tandem_operator import names, reasons
 from tandem_operator.k8s import INFERENCE_CLUSTERS, WORKER_POOLS
 from tandem_operator.observe import observe_pod
 from tandem_operator.render import render_deletion_cost_patch
+from tandem_operator.status import EventRecord
 
 Manifest = dict[str, Any]
 
@@ -203,6 +204,12 @@ def describe(role: PoolRole, message: str) -> str:
     return message if message.startswith(prefix) else prefix + message
 
 
+def render_scale_message(role: PoolRole, decision: ScaleDecision) -> str:
+    """What a scale says in its Event and log line: ``prefill: 1 -> 3: <the numbers>``."""
+    numbers = decision.message.removeprefix(f"{role.value}: ")
+    return f"{role.value}: {decision.current} -> {decision.desired}: {numbers}"
+
+
 def compute_limit(decision: ScaleDecision) -> tuple[str, str] | None:
     """(reason, message) when the pool needs more replicas than it may have: held by
     pending pods (Unschedulable) or capped by maxReplicas. None otherwise."""
@@ -231,16 +238,71 @@ def compute_scaling_condition(
     else:
         status, reason = "False", reasons.DESIRED_WITHIN_RANGE
         message = "every pool is sized by its load"
-    before = next((c for c in previous if c.type == reasons.SCALING_LIMITED), None)
+    return _condition(reasons.SCALING_LIMITED, status, reason, message, previous, generation, now)
+
+
+def compute_active_condition(
+    problem: tuple[str, str] | None,
+    *,
+    previous: Sequence[Condition],
+    generation: int,
+    now: str,
+) -> Condition:
+    """``ScalingActive``: True while the autoscaler reads the cluster's load; False with
+    ``problem`` (reason, message: why not and what to do) while it cannot."""
+    if problem is None:
+        status, reason, message = "True", reasons.METRICS_AVAILABLE, "reading the router metrics"
+    else:
+        status, (reason, message) = "False", problem
+    return _condition(reasons.SCALING_ACTIVE, status, reason, message, previous, generation, now)
+
+
+def _condition(
+    kind: str,
+    status: str,
+    reason: str,
+    message: str,
+    previous: Sequence[Condition],
+    generation: int,
+    now: str,
+) -> Condition:
+    before = next((c for c in previous if c.type == kind), None)
     since = before.last_transition_time if before and before.status == status else now
     return Condition(
-        type=reasons.SCALING_LIMITED,
+        type=kind,
         status=status,
         reason=reason,
         message=message[:1024],
         last_transition_time=since,
         observed_generation=generation,
     )
+
+
+# ScalingActive=False reasons worth a Warning Event (a frontend not ready yet is how
+# every cluster starts).
+_INACTIVE_WARNINGS = frozenset({reasons.NO_METRICS_SOURCE, reasons.METRICS_UNAVAILABLE})
+
+
+def compute_scaling_events(
+    previous: Sequence[Condition], conditions: Sequence[Condition]
+) -> list[EventRecord]:
+    """Warning Events for the autoscaler's conditions turning bad: ScalingLimited=True, or
+    ScalingActive=False for a reason someone must act on; once per reason."""
+    events = []
+    for condition in conditions:
+        before = next((c for c in previous if c.type == condition.type), None)
+        turned = before is None or (before.status, before.reason) != (
+            condition.status,
+            condition.reason,
+        )
+        if not turned:
+            continue
+        if condition.type == reasons.SCALING_LIMITED and condition.status == "True":
+            message = f"{condition.reason}: {condition.message}"
+            events.append(EventRecord("Warning", reasons.SCALING_LIMITED, message))
+        elif condition.type == reasons.SCALING_ACTIVE and condition.reason in _INACTIVE_WARNINGS:
+            events.append(EventRecord("Warning", condition.reason, condition.message))
+    return events
 
 
 def render_event(

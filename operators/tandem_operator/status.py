@@ -8,14 +8,18 @@ The rules, in the order a user relies on them:
 - **Degraded** is True when something outside the operator's reach blocks progress: pods
   the scheduler refuses (``InsufficientGPU`` ...), images that do not pull, crash loops, an
   invalid spec or a failed apply. Its message carries the scheduler's own words.
-- **Progressing** is True while a rollout or a scale is in flight.
+- **Progressing** is True while a rollout or a scale is in flight. When the latest spec
+  was not applied (``observed.failure``), nothing of it is in flight: only workloads that
+  exist can be progressing, and otherwise Progressing is False with the failure's reason.
 - **NVLinkLocal** (profiles with NVLink domains, GB200) is True when every scheduled
   worker of the cluster sits in one NVLink domain and False
   (``SplitAcrossNVLinkDomains``) when they span several: KV between domains moves over
   RDMA instead of NVLink. Informational; it never blocks Ready.
 
 Condition times only move when a condition's status changes; Events are derived from the
-transitions and emitted by the caller *after* the status is persisted.
+transitions and emitted by the caller *after* the status is persisted. Ready turning False
+only because a pool grew (a scale-up whose new pods are not ready yet) is no Warning: the
+``PoolResized`` Event says what happened.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from tandem_operator.render import pool_selector
 
 # Most actionable first: when several pods fail differently, the status names this one.
 PROBLEM_PRIORITY: tuple[str, ...] = (
+    reasons.VOLUME_MISSING,
     reasons.INSUFFICIENT_GPU,
     reasons.INSUFFICIENT_RDMA,
     reasons.INSUFFICIENT_CPU,
@@ -83,6 +88,7 @@ class _Assessment:
     current: bool
     problem: PodProblem | None
     problem_pods: int
+    exists: bool = True  # its workload (Deployment/LeaderWorkerSet) has been seen
 
     @property
     def short(self) -> bool:
@@ -119,7 +125,7 @@ def _assess(
 ) -> _Assessment:
     problem, count = _worst_problem(pods)
     if workload is None:
-        return _Assessment(label, desired, 0, 0, 0, desired == 0, problem, count)
+        return _Assessment(label, desired, 0, 0, 0, desired == 0, problem, count, exists=False)
     return _Assessment(
         label,
         desired,
@@ -241,7 +247,17 @@ def compute_status(cr: InferenceCluster, observed: Observed, now: str) -> Status
     else:
         ready, ready_reason, ready_message = True, reasons.CLUSTER_READY, _summary(parts)
 
-    progress = [(p.label, p.progress_reason) for p in parts if p.progress_reason]
+    # A spec that was not applied puts nothing in flight: only what exists can progress.
+    moving = [p for p in parts if observed.failure is None or p.exists]
+    progress = [(p.label, reason) for p in moving if (reason := p.progress_reason)]
+    if progress:
+        progress_reason = progress[0][1]
+        progress_message = ", ".join(f"{label}: {reason}" for label, reason in progress)
+    elif observed.failure is not None:
+        progress_reason = observed.failure.reason
+        progress_message = "nothing in flight: the latest spec was not applied (see Degraded)"
+    else:
+        progress_reason, progress_message = reasons.UP_TO_DATE, "up to date"
     conditions = [
         _condition(
             reasons.READY,
@@ -255,8 +271,8 @@ def compute_status(cr: InferenceCluster, observed: Observed, now: str) -> Status
         _condition(
             reasons.PROGRESSING,
             bool(progress),
-            progress[0][1] or reasons.UP_TO_DATE if progress else reasons.UP_TO_DATE,
-            ", ".join(f"{label}: {reason}" for label, reason in progress) or "up to date",
+            progress_reason,
+            progress_message,
             previous=previous,
             generation=generation,
             now=now,
@@ -295,8 +311,21 @@ def compute_status(cr: InferenceCluster, observed: Observed, now: str) -> Status
     pools = {
         role: _pool_status(cr, observed.pools[role], part, now) for role, part in pool_parts.items()
     }
-    events = _events(previous_status, status)
+    growing = degraded is None and all(
+        p.label in _grown(previous_status, pool_parts) for p in parts if p.short
+    )
+    events = _events(previous_status, status, only_growing=growing)
     return StatusResult(cluster=status, pools=pools, events=events)
+
+
+def _grown(before: InferenceClusterStatus, parts: Mapping[PoolRole, _Assessment]) -> set[str]:
+    """Pools that want more replicas than before and lost none of their ready ones."""
+    grown = set()
+    for role, part in parts.items():
+        old = getattr(before.pools, role.value)
+        if part.desired > old.desired and part.ready >= old.ready:
+            grown.add(part.label)
+    return grown
 
 
 def _nvlink_condition(
@@ -331,15 +360,17 @@ def _find(conditions: list[Condition], kind: str) -> Condition | None:
 
 
 def _events(
-    before: InferenceClusterStatus, after: InferenceClusterStatus
+    before: InferenceClusterStatus, after: InferenceClusterStatus, *, only_growing: bool
 ) -> tuple[EventRecord, ...]:
+    """``only_growing``: every short component is a pool that grew (no Warning for that)."""
     events: list[EventRecord] = []
     old_ready = _find(list(before.conditions), reasons.READY)
     new_ready = _find(list(after.conditions), reasons.READY)
+    was_ready = old_ready is not None and old_ready.status == "True"
     if new_ready is not None:
-        if new_ready.status == "True" and (old_ready is None or old_ready.status != "True"):
+        if new_ready.status == "True" and not was_ready:
             events.append(EventRecord("Normal", reasons.EVENT_READY, new_ready.message))
-        elif new_ready.status != "True" and old_ready is not None and old_ready.status == "True":
+        elif new_ready.status != "True" and was_ready and not only_growing:
             events.append(
                 EventRecord(
                     "Warning",

@@ -45,3 +45,13 @@ class TandemError(Exception):
             f"{self.__class__.__name__}({self.message!r}, code={self.code!r}, "
             f"http_status={self.http_status}, param={self.param!r})"
         )
+
+
+def already_running(what: str, *, fix: str, pid: int | None = None, port: int | None = None) -> str:
+    """The one way every command says something it would start already runs: what, its
+    pid and port when known, and the two ways on: ``{what} is already running (pid N, port
+    P): use it, or {fix} first``."""
+    facts = ", ".join(
+        f"{label} {value}" for label, value in (("pid", pid), ("port", port)) if value is not None
+    )
+    return f"{what} is already running{f' ({facts})' if facts else ''}: use it, or {fix} first"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the e2e control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok) from Go modules into tests/cluster/bin/.
+# kube-scheduler, kwok) and the kubelet of the real test node from Go modules into
+# tests/cluster/bin/.
 #
 # Idempotent: when the stamp (hash of both go.mod/go.sum pairs, this script, the versions
 # and the Go version) matches and every output exists, it does nothing. A cold build takes
@@ -37,7 +38,7 @@ esac
 command -v go >/dev/null || die "go not found (expected /usr/local/go/bin/go)"
 GO_VERSION="$(go env GOVERSION)"
 
-OUTPUTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwok-stages.yaml)
+OUTPUTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kwok kwok-stages.yaml)
 
 compute_stamp() {
   {
@@ -85,11 +86,12 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   k8s_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$build_date"
 done
 
-log "building kube-apiserver, kube-controller-manager, kube-scheduler $K8S_VERSION ($GO_VERSION)"
+log "building kube-apiserver, kube-controller-manager, kube-scheduler, kubelet $K8S_VERSION ($GO_VERSION)"
 (cd "$HERE" && go build -ldflags "$k8s_ldflags" -o "$BIN/" \
   k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler) || die "kubernetes build failed"
+  k8s.io/kubernetes/cmd/kube-scheduler \
+  k8s.io/kubernetes/cmd/kubelet) || die "kubernetes build failed"
 
 # etcd's main package is the module root, so -o must name the file (it would be "v3").
 log "building etcd $ETCD_VERSION"
@@ -129,7 +131,7 @@ else
   rm -f "$BIN/lws-crd.yaml"
 fi
 
-for b in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do
+for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kwok; do
   log "  $b: $("$BIN/$b" --version 2>&1 | head -n1)"
 done
 echo "$want" >"$STAMP"

@@ -6,14 +6,27 @@ kwok with the ``default`` node profile, and stops them at the end of the session
 test that used the cluster fails, the tails of the component logs are attached to its
 report; the full logs stay in the session's temporary directory. ``e2e_cluster`` wraps it
 with the kubectl reads and InferenceCluster checks the e2e modules share.
+
+``real_node_cluster`` is a second control plane with the ``real`` profile: a real node
+``localhost`` (kubelet + containerd on this machine, pods on a local bridge) next to
+simulated GPU nodes, with every image of ``make images`` already imported. It needs root.
+It is a :class:`DevCluster`: ``kubeconfig``, ``kubectl_path``, ``kubectl(...)``,
+``import_images(paths)``, and ``real_node`` with ``name``, ``pod_cidr``, ``bridge``. Only
+one real node can run on a machine: a test that needs the machine to itself takes
+``real_node_slot`` and calls ``release()``; the next ``real_node_cluster`` starts anew.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
+import select
 import subprocess
 import sys
-from collections.abc import Generator, Iterator
+import time
+from collections.abc import Callable, Generator, Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -28,8 +41,10 @@ from tandem.devcluster import (
     start_cluster,
 )
 from tandem.devcluster.binaries import ClusterBinaries
+from tandem.devimages import PAUSE_IMAGE, BuiltImage, ensure_images
 
-CLUSTER_FIXTURES = ("k8s_cluster", "cluster_binaries")
+CLUSTER_FIXTURES = ("k8s_cluster", "cluster_binaries", "real_node_cluster", "real_node_slot")
+REAL_NODE_FIXTURES = ("real_node_cluster", "real_node_slot", "built_images")
 # A cold build is 15-25 minutes on 2 cores; a matching stamp makes it instant.
 BUILD_TIMEOUT_S = 3600
 
@@ -55,6 +70,27 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     if any(set(CLUSTER_FIXTURES) & set(getattr(i, "fixturenames", ())) for i in session.items):
         _build()
+    if any(set(REAL_NODE_FIXTURES) & set(getattr(i, "fixturenames", ())) for i in session.items):
+        _build_images()
+
+
+@cache
+def _build_images() -> dict[str, BuiltImage] | str:
+    """``make images`` once per session (a no-op when up to date); the error text if it
+    failed."""
+    try:
+        return ensure_images()
+    except Exception as err:  # ImageBuildError, or a missing tool, said in one line
+        return f"make images failed: {err}"
+
+
+@pytest.fixture(scope="session")
+def built_images() -> dict[str, BuiltImage]:
+    """The images of ``make images`` by reference (``images[ref].archive`` is the tar)."""
+    images = _build_images()
+    if isinstance(images, str):
+        pytest.fail(images, pytrace=False)
+    return images
 
 
 @pytest.fixture(scope="session")
@@ -86,16 +122,82 @@ def k8s_cluster(
         cluster.stop()
 
 
+class RealNodeSlot:
+    """The session's real-node cluster, started on first use; ``release()`` stops it so a
+    test can have the machine's one real node to itself."""
+
+    def __init__(
+        self, binaries: ClusterBinaries, images: dict[str, BuiltImage], base: Path
+    ) -> None:
+        self._binaries = binaries
+        self._images = images
+        self._base = base
+        self._starts = 0
+        self._imported = False
+        self.cluster: DevCluster | None = None
+
+    def get(self, *, with_images: bool = True) -> DevCluster:
+        """The running real-node cluster (started if needed); ``with_images`` also loads
+        every image of ``make images`` into it (once per cluster: ~30 s for Tandem's)."""
+        if self.cluster is None:
+            if os.geteuid() != 0:
+                pytest.fail("the real node needs root (cgroups, mounts, a bridge)", pytrace=False)
+            self._starts += 1
+            cluster = start_cluster(
+                StartOptions(
+                    state_dir=self._base / f"real-{self._starts}",
+                    profile="real",
+                    bin_dir=self._binaries.bin_dir,
+                    with_lws=self._binaries.lws_crd is not None,
+                    # A killed pytest takes the control plane with it, and the real
+                    # node's supervisor tears the node down when it sees us gone.
+                    tie_to_parent=True,
+                    pause_image=self._images[PAUSE_IMAGE].archive,
+                )
+            )
+            self.cluster = cluster
+            self._imported = False
+        if with_images and not self._imported:
+            others = [i.archive for ref, i in self._images.items() if ref != PAUSE_IMAGE]
+            self.cluster.import_images(others)
+            self._imported = True
+        return self.cluster
+
+    def release(self) -> None:
+        if self.cluster is not None:
+            cluster, self.cluster = self.cluster, None
+            cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def real_node_slot(
+    cluster_binaries: ClusterBinaries,
+    built_images: dict[str, BuiltImage],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[RealNodeSlot]:
+    slot = RealNodeSlot(cluster_binaries, built_images, tmp_path_factory.mktemp("realnode"))
+    try:
+        yield slot
+    finally:
+        slot.release()
+
+
+@pytest.fixture
+def real_node_cluster(real_node_slot: RealNodeSlot) -> DevCluster:
+    return real_node_slot.get()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    cluster = getattr(item, "funcargs", {}).get("k8s_cluster")
-    if report.failed and isinstance(cluster, DevCluster):
-        report.sections.append(
-            (f"devcluster logs ({cluster.layout.logs_dir})", cluster.log_tails(lines=30))
-        )
+    if report.failed:
+        for name in ("k8s_cluster", "real_node_cluster"):
+            cluster = getattr(item, "funcargs", {}).get(name)
+            if isinstance(cluster, DevCluster):
+                logs = cluster.layout.logs_dir
+                report.sections.append((f"{name} logs ({logs})", cluster.log_tails(lines=30)))
     return report
 
 
@@ -159,3 +261,52 @@ class E2eCluster:
 @pytest.fixture(scope="session")
 def e2e_cluster(k8s_cluster: DevCluster) -> E2eCluster:
     return E2eCluster(k8s_cluster)
+
+
+PortForward = Callable[[DevCluster, str, int], contextlib.AbstractContextManager[int]]
+_FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) -> \d+")
+
+
+@contextlib.contextmanager
+def _port_forward(
+    cluster: DevCluster, target: str, remote_port: int, *, namespace: str = "default"
+) -> Iterator[int]:
+    """``kubectl port-forward TARGET :REMOTE`` as a real subprocess on 127.0.0.1; yields
+    the local port kubectl chose, stops kubectl on exit."""
+    argv = [
+        str(cluster.kubectl_path),
+        f"--kubeconfig={cluster.kubeconfig}",
+        "-n",
+        namespace,
+        "port-forward",
+        "--address=127.0.0.1",
+        target,
+        f":{remote_port}",
+    ]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    try:
+        deadline = time.monotonic() + 30
+        line = ""
+        while not (match := _FORWARDING.search(line)):
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([proc.stdout], [], [], max(0.0, left))
+            if not ready or proc.poll() is not None:
+                stderr = proc.stderr.read() if proc.poll() is not None and proc.stderr else ""
+                raise AssertionError(f"kubectl port-forward {target} did not start: {stderr}")
+            line = proc.stdout.readline()
+        yield int(match.group(1))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def port_forward() -> PortForward:
+    """``with port_forward(cluster, "svc/NAME", 8000) as local_port:`` (a kubectl
+    subprocess; ``namespace=`` as keyword)."""
+    return _port_forward

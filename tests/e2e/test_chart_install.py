@@ -69,3 +69,17 @@ def test_install_upgrade_uninstall(k8s_cluster: DevCluster, e2e_cluster: Any) ->
     # Helm never deletes CRDs (that would delete every InferenceCluster with them).
     assert get(k8s_cluster, "crd", "inferenceclusters.tandem.dev")["metadata"]["name"]
     k8s_cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+
+
+def test_the_crds_apply_from_kubectl_and_helm_alike(k8s_cluster: DevCluster) -> None:
+    """A user applies manifests/crds with ``kubectl apply --server-side`` and later installs
+    the chart (or the other way round): each field manager applies the same file, so
+    neither may conflict with the other. A CRD that differs from the API server's stored
+    form of it (a ``30.0`` stored as ``30``) conflicts here."""
+    crds = str(CHART.parents[1] / "manifests" / "crds")
+    k8s_cluster.kubectl("apply", "--server-side", "-f", crds)
+    second = k8s_cluster.kubectl(
+        "apply", "--server-side", "--field-manager=helm", "--dry-run=server", "-f", crds,
+        check=False,
+    )  # fmt: skip
+    assert second.returncode == 0, second.stderr

@@ -342,28 +342,8 @@ def test_multi_node_pool_renders_a_leader_worker_set(env: Env, namespace: str) -
     assert cluster.condition(cluster.ic(namespace, name), "Ready")["status"] == "False"
 
 
-# --------------------------------------------------------------------------- API
-
-
-@pytest.mark.parametrize(
-    ("spec", "field"),
-    [
-        ({"prefill": {"minReplicas": 5, "maxReplicas": 2}}, "spec.prefill.minReplicas"),
-        ({"decode": {"minReplicas": 0}}, "spec.decode.minReplicas"),
-        ({"prefill": {"tensorParallelSize": 0}}, "spec.prefill.tensorParallelSize"),
-        ({"frontend": {"portt": 8000}}, "spec.frontend.portt"),
-    ],
-)
-def test_invalid_cluster_is_rejected_with_the_field_path(
-    env: Env, namespace: str, spec: Json, field: str
-) -> None:
-    doc = yaml.safe_load((EXAMPLES / "reference-cpu.yaml").read_text())
-    for key, value in spec.items():
-        doc["spec"].setdefault(key, {}).update(value)
-    doc["metadata"]["namespace"] = namespace
-    result = env.cluster.kubectl("apply", "-f", "-", input=json.dumps(doc), check=False)
-    assert result.returncode != 0
-    assert field in result.stderr, result.stderr
+# Invalid InferenceClusters: tests/e2e/test_invalid_corpus_e2e.py sends the whole corpus
+# (tests/data/invalid-inferenceclusters) to the API server.
 
 
 # --------------------------------------------------------------------------- failures

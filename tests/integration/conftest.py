@@ -11,18 +11,22 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tandem.security import CredentialBundle, CredentialStore, issue, write_bundle
 from tandem.worker.client import WorkerClient
 
 _DECISION = re.compile(
     r'^tandem_router_prefill_decisions_total\{path="(\w+)",reason="(\w+)"\} (\S+)$',
     flags=re.MULTILINE,
 )
+
+WORKER_START_TIMEOUT_S = 240.0
 
 
 @dataclass
@@ -91,11 +95,18 @@ class WorkerProcess:
     kills it straight away."""
 
     def __init__(
-        self, proc: asyncio.subprocess.Process, port: int, log: Path, stop_grace_s: float | None
+        self,
+        proc: asyncio.subprocess.Process,
+        port: int,
+        log: Path,
+        stop_grace_s: float | None,
+        credentials: CredentialStore | None = None,
     ) -> None:
         self.proc, self.port, self.log = proc, port, log
         self.stop_grace_s = stop_grace_s
-        self.client = WorkerClient(f"127.0.0.1:{port}", timeout_s=30.0, decode_timeout_s=60.0)
+        self.client = WorkerClient(
+            f"127.0.0.1:{port}", timeout_s=30.0, decode_timeout_s=60.0, credentials=credentials
+        )
 
     async def stop(self) -> None:
         await self.client.close()
@@ -125,9 +136,13 @@ class WorkerLauncher:
         log: Path,
         env: Mapping[str, str],
         stop_grace_s: float | None = None,
+        credentials: Path | None = None,
     ) -> WorkerProcess:
         """``python -m tandem.worker *args`` with stderr in ``log``; fails with the log's
-        tail if it exits before serving."""
+        tail if it exits before serving. ``credentials``: the cluster's directory, for the
+        worker (``--credentials``) and the test's client (mutual TLS)."""
+        if credentials is not None:
+            args = [*args, f"--credentials={credentials}"]
         with log.open("wb") as stderr:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
@@ -139,21 +154,39 @@ class WorkerLauncher:
                 env=dict(env),
             )
         assert proc.stdout is not None
-        async with asyncio.timeout(60):
-            while True:
-                line = (await proc.stdout.readline()).decode()
-                if not line:
-                    text = await asyncio.to_thread(log.read_text)
-                    raise AssertionError(f"{worker_id} exited early:\n{text[-3000:]}")
-                if line.startswith("READY "):
-                    break
-        worker = WorkerProcess(proc, int(line.split()[1]), log, stop_grace_s)
+        try:
+            # A liveness bound, not a speed check: SmolLM2 loads in ~10 s alone, but three
+            # workers loading at once on a loaded 2-core machine took 74 s.
+            async with asyncio.timeout(WORKER_START_TIMEOUT_S):
+                while True:
+                    line = (await proc.stdout.readline()).decode()
+                    if not line:
+                        text = await asyncio.to_thread(log.read_text)
+                        raise AssertionError(f"{worker_id} exited early:\n{text[-3000:]}")
+                    if line.startswith("READY "):
+                        break
+        except BaseException:  # not serving in time: leave no process behind
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+            raise
+        store = CredentialStore(credentials) if credentials is not None else None
+        worker = WorkerProcess(proc, int(line.split()[1]), log, stop_grace_s, store)
         self.started.append(worker)
         return worker
 
     async def stop_all(self) -> None:
         for worker in self.started:
             await worker.stop()
+
+
+@pytest.fixture
+def cluster_credentials(tmp_path: Path) -> Path:
+    """A fresh CA and member certificate in ``tmp_path/credentials``, as ``tandem up``
+    writes them."""
+    directory = tmp_path / "credentials"
+    write_bundle(directory, CredentialBundle.of(issue("integration", datetime.now(UTC))))
+    return directory
 
 
 @pytest.fixture

@@ -20,6 +20,9 @@ pytestmark = [
 ]
 
 EXAMPLE = Path(__file__).parents[2] / "manifests" / "examples" / "reference-cpu.yaml"
+# Failover is the router's and the supervisor's business, not the model's: the random model
+# restarts in a second (random-model.yaml). test_openai_reference.py runs SmolLM2.
+RANDOM_MODEL = Path(__file__).with_name("random-model.yaml")
 
 
 def test_prefill_worker_killed_mid_stream(
@@ -27,6 +30,7 @@ def test_prefill_worker_killed_mid_stream(
 ) -> None:
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["metadata"]["name"] = "failover"
+    doc["spec"]["model"] = yaml.safe_load(RANDOM_MODEL.read_text())
     doc["spec"]["model"].update({"maxInputTokens": 1024, "maxOutputTokens": 64})
     doc["spec"]["kvTransfer"]["timeoutSeconds"] = 5  # a dead peer fails the pull quickly
     path = tmp_path / "failover.yaml"

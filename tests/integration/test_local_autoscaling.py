@@ -1,8 +1,9 @@
 """``tandem up`` autoscaling with real processes: the reference engine, real prefill cost.
 
-The cluster is manifests/examples/reference-cpu-autoscaling.yaml with short intervals and
-windows. Reaction times are counted in decision rounds (``autoscaling.json``), never in
-wall-clock seconds: a round is one interval, however busy the machine is.
+The cluster is manifests/examples/reference-cpu-autoscaling.yaml on the random test model
+with short intervals and windows. Reaction times are counted in decision rounds
+(``autoscaling.json``), never in wall-clock seconds: a round is one interval, however busy
+the machine is.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).parents[2]
 EXAMPLE = REPO / "manifests" / "examples" / "reference-cpu-autoscaling.yaml"
+# Up to four workers start and stop here: the random model (random-model.yaml), not SmolLM2.
+RANDOM_MODEL = Path(__file__).with_name("random-model.yaml")
 NAME = "autoscale-itest"
 PROMPT_TOKENS = 3000  # the byte tokenizer: one token per byte, well over minPrefillTokens
 REQUEST_TIMEOUT_S = 120.0
@@ -38,6 +41,7 @@ REQUEST_TIMEOUT_S = 120.0
 def write_spec(tmp_path: Path, spec: dict[str, Any]) -> Path:
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["metadata"]["name"] = NAME
+    doc["spec"]["model"] = yaml.safe_load(RANDOM_MODEL.read_text())
 
     def merge(into: dict[str, Any], extra: dict[str, Any]) -> None:
         for key, value in extra.items():
@@ -257,7 +261,11 @@ def test_a_scale_down_under_load_fails_no_request(
             "autoscaling": {
                 "intervalSeconds": 1,
                 "decode": {
-                    "targetActiveSequencesPerReplica": 16,
+                    # 12 streams are well under one replica's 32, so the pool shrinks
+                    # to one and stays there: one-second arrival counts of a closed loop
+                    # swing by 2x on a busy machine, and at a target of 16 the
+                    # Little's-law estimate crossed it once (an extra 1 -> 2 -> 1).
+                    "targetActiveSequencesPerReplica": 32,
                     "scaleDownStabilizationSeconds": 2,
                     "maxStepDown": 1,
                 },

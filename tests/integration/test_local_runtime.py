@@ -2,8 +2,8 @@
 
 Workers here are ``tandem.router.null_worker`` processes (the real gRPC API, no model)
 so that the runtime's own behaviour -- start-up, readiness, state, restarts, scaling,
-stopping without orphans -- is tested quickly; test_openai_client_local.py runs the
-reference engine.
+stopping without orphans -- is tested quickly, on the random test model's tokenizer;
+test_openai_reference.py runs the reference engine with the example's model, SmolLM2.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import openai
 import pytest
 import yaml
@@ -25,14 +26,19 @@ import yaml
 from tandem.api.v1alpha1 import PoolRole
 from tandem.api.validate import load_inference_cluster
 from tandem.devcluster.ports import allocate_ports
+from tandem.proto import worker_pb2 as pb
+from tandem.proto import worker_pb2_grpc
+from tandem.runtime.drainer import open_sync_channel
 from tandem.runtime.plan import count_workers, plan_local
 from tandem.runtime.state import Phase, cluster_dir, read_state
 from tandem.runtime.supervisor import Supervisor, frontend_ready
+from tandem.security import CredentialStore
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).parents[2]
 EXAMPLE = REPO / "manifests" / "examples" / "reference-cpu.yaml"
+RANDOM_MODEL = Path(__file__).with_name("random-model.yaml")  # the null workers' tokenizer
 NULL_WORKER = "tandem.router.null_worker"
 CLI = (
     "import argparse, sys\n"
@@ -47,6 +53,7 @@ CLI = (
 def write_cluster(tmp_path: Path, name: str = "itest", **spec: Any) -> Path:
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["metadata"]["name"] = name
+    doc["spec"]["model"] = yaml.safe_load(RANDOM_MODEL.read_text())
     for path, value in spec.items():
         node = doc["spec"]
         *parents, leaf = path.split(".")
@@ -99,7 +106,8 @@ def home(tmp_path: Path) -> Iterator[Path]:
 
 def test_up_detach_status_openai_down(tmp_path: Path, home: Path) -> None:
     spec = write_cluster(tmp_path, **{"prefill.replicas": 2, "decode.replicas": 1})
-    up = tandem(home, "up", "-f", str(spec), "--port", "0", "--detach",
+    (port,) = allocate_ports(1)
+    up = tandem(home, "up", "-f", str(spec), "--port", str(port), "--detach",
                 "--worker-module", NULL_WORKER)  # fmt: skip
     assert up.returncode == 0, up.stdout + up.stderr
     assert "prefill-1" in up.stdout and "endpoint: http://127.0.0.1:" in up.stdout
@@ -134,13 +142,41 @@ def test_up_detach_status_openai_down(tmp_path: Path, home: Path) -> None:
     )
     assert "".join(c.choices[0].text for c in legacy_stream) == legacy.choices[0].text
 
+    # The cluster talks mutual TLS with the credentials `tandem up` issued for it.
+    state = read_state(cluster_dir("itest", home))
+    assert state is not None
+    credentials = cluster_dir("itest", home) / "credentials"
+    assert oct(credentials.stat().st_mode & 0o777) == "0o700"
+    for worker in state.workers:
+        address = f"127.0.0.1:{worker.port}"
+        with grpc.insecure_channel(address) as plaintext:
+            stub = worker_pb2_grpc.WorkerStub(plaintext)  # type: ignore[no-untyped-call]
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.Health(pb.HealthRequest(), timeout=5)
+            assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+        with open_sync_channel(address, CredentialStore(credentials)) as member:
+            stub = worker_pb2_grpc.WorkerStub(member)  # type: ignore[no-untyped-call]
+            assert stub.Health(pb.HealthRequest(), timeout=5).worker_id
+
     pids = recorded_pids(home, "itest")
-    assert tandem(home, "up", "-f", str(spec), "--detach").returncode == 1  # already running
+    again = tandem(home, "up", "-f", str(spec), "--detach")
+    assert again.returncode == 1
+    assert again.stderr == (
+        f"error: cluster 'itest' is already running (pid {doc['supervisor']['pid']}, port "
+        f"{port}): use it, or `tandem down --name itest` first\n"
+    )
     down = tandem(home, "down", "--name", "itest")
     assert down.returncode == 0, down.stderr
     wait_for(lambda: not any(alive(p) for p in pids), within=20)
     assert read_state(cluster_dir("itest", home)) is None
     assert tandem(home, "status").returncode == 1
+
+    # The port is free at once: the connections the frontend just closed (TIME_WAIT) do
+    # not count as "in use".
+    up = tandem(home, "up", "-f", str(spec), "--port", str(port), "--detach",
+                "--worker-module", NULL_WORKER)  # fmt: skip
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert tandem(home, "down", "--name", "itest").returncode == 0
 
 
 def _foreground(home: Path, spec: Path) -> subprocess.Popen[str]:

@@ -1,11 +1,16 @@
-"""The official openai client against `tandem up` with the reference engine, and
-disaggregated generation equal, token for token over HTTP, to generation with the
-prefill pool at zero; the metrics say which path each request took."""
+"""The official openai client against `tandem up` serving the CPU example as it is:
+SmolLM2-135M-Instruct in the reference engine, real processes, KV over NIXL.
+
+Two clusters for the whole module: ``disagg`` (a prefill worker, the KV moved to a decode
+worker) and ``local`` (no prefill worker: the decode worker prefills). Greedy answers to
+factual questions are right on both and identical token for token; so is seeded sampling;
+the router's metrics say which path every request took."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +34,16 @@ PROMPTS = [
     "The quick brown fox jumps over the lazy dog. " * 4,
     "Explain prefill and decode. " * 8,
 ]
+# Questions SmolLM2-135M-Instruct answers right when greedy, and a word the answer holds.
+FACTS = [
+    ("What is the capital of France?", "Paris"),
+    ("What is the capital of Japan?", "Tokyo"),
+    ("What is the chemical symbol for gold?", "Au"),
+]
+# SmolLM2's chat template opens every prompt with the same system prompt, whose first KV
+# block the decode worker soon caches; a one-line question is then ~20 uncached tokens,
+# and it should still be worth a remote prefill here (a repeated one no longer is).
+MIN_PREFILL_TOKENS = 16
 
 
 def start(tmp_path: Path, name: str, prefill_replicas: int) -> str:
@@ -36,7 +51,7 @@ def start(tmp_path: Path, name: str, prefill_replicas: int) -> str:
     doc["metadata"]["name"] = name
     doc["spec"]["model"].update({"maxInputTokens": 1024, "maxOutputTokens": 64})
     doc["spec"]["prefill"].update({"replicas": prefill_replicas})
-    doc["spec"]["frontend"]["disaggregation"] = {"minPrefillTokens": 32}
+    doc["spec"]["frontend"]["disaggregation"] = {"minPrefillTokens": MIN_PREFILL_TOKENS}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc))
     lines: list[str] = []
@@ -51,15 +66,15 @@ def start(tmp_path: Path, name: str, prefill_replicas: int) -> str:
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     tmp_path = tmp_path_factory.mktemp("reference")
-    started: list[str] = []
+    pools = {"disagg": 1, "local": 0}  # prefill replicas
     try:
-        endpoints = {}
-        for name, replicas in (("disagg", 1), ("local", 0)):
-            endpoints[name] = start(tmp_path, name, replicas)
-            started.append(name)
+        # Side by side: most of the start-up is each worker reading SmolLM2.
+        with ThreadPoolExecutor(len(pools)) as starting:
+            futures = {n: starting.submit(start, tmp_path, n, r) for n, r in pools.items()}
+            endpoints = {name: future.result() for name, future in futures.items()}
         yield endpoints
     finally:
-        for name in started:
+        for name in pools:  # one that never started is "not running": nothing to do
             down(name, progress=lambda _: None, home=tmp_path / "home")
 
 
@@ -71,6 +86,12 @@ def decisions(endpoint: str) -> dict[str, float]:
         flags=re.MULTILINE,
     )
     return {f"{path}/{reason}": float(value) for path, reason, value in found}
+
+
+def kv_bytes_moved(endpoint: str) -> float:
+    text = httpx.get(endpoint.removesuffix("/v1") + "/metrics").text
+    found = re.search(r"^tandem_router_kv_transfer_bytes_total (\S+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
 
 
 def generate(endpoint: str, prompt: str, **sampling: Any) -> dict[str, Any]:
@@ -86,7 +107,9 @@ def test_disaggregated_equals_local_token_for_token(
     clusters: dict[str, str], sampling: dict[str, Any]
 ) -> None:
     before = {name: decisions(endpoint) for name, endpoint in clusters.items()}
-    for prompt in PROMPTS:
+    # Prompts these clusters have not seen: a decode worker that already caches a prompt
+    # (from an earlier case) rightly prefills it itself ("local/cached_prefix").
+    for prompt in (f"[{sampling}] {p}" for p in PROMPTS):
         remote = generate(clusters["disagg"], prompt, **sampling)
         local = generate(clusters["local"], prompt, **sampling)
         assert remote["choices"][0]["token_ids"] == local["choices"][0]["token_ids"]
@@ -98,9 +121,42 @@ def test_disaggregated_equals_local_token_for_token(
     }
     assert delta["disagg"].get("remote/long_prompt") == len(PROMPTS)
     assert delta["local"].get("local/no_prefill_workers") == len(PROMPTS)
-    metrics = httpx.get(clusters["disagg"].removesuffix("/v1") + "/metrics").text
-    kv_bytes = re.search(r"^tandem_router_kv_transfer_bytes_total (\S+)$", metrics, re.MULTILINE)
-    assert kv_bytes is not None and float(kv_bytes.group(1)) > 0
+    assert kv_bytes_moved(clusters["disagg"]) > 0
+
+
+def test_greedy_answers_to_factual_questions_are_right_both_ways(
+    clusters: dict[str, str],
+) -> None:
+    before = {name: decisions(endpoint) for name, endpoint in clusters.items()}
+    moved_before = kv_bytes_moved(clusters["disagg"])
+    answers: dict[str, list[tuple[str, list[int]]]] = {}
+    for name, endpoint in clusters.items():
+        client = openai.OpenAI(base_url=endpoint, api_key="unused", max_retries=0, timeout=300)
+        for question, _ in FACTS:
+            reply = client.chat.completions.create(
+                model="reference",
+                messages=[{"role": "user", "content": question}],
+                max_tokens=24,
+                temperature=0,
+                extra_body={"return_token_ids": True},
+            )
+            choice = reply.choices[0]
+            token_ids = (choice.model_extra or {}).get("token_ids")
+            assert isinstance(token_ids, list) and token_ids, choice
+            answers.setdefault(name, []).append((choice.message.content or "", token_ids))
+    for (question, word), remote, local in zip(
+        FACTS, answers["disagg"], answers["local"], strict=True
+    ):
+        assert word in remote[0], f"{question!r} -> {remote[0]!r}"
+        assert remote == local, f"{question!r}: disaggregated {remote} vs local {local}"
+    delta = {
+        name: {k: v - before[name].get(k, 0.0) for k, v in decisions(endpoint).items()}
+        for name, endpoint in clusters.items()
+    }
+    # Every disaggregated answer came from KV a prefill worker computed and NIXL moved.
+    assert delta["disagg"].get("remote/long_prompt") == len(FACTS), delta["disagg"]
+    assert delta["local"].get("local/no_prefill_workers") == len(FACTS), delta["local"]
+    assert kv_bytes_moved(clusters["disagg"]) > moved_before
 
 
 def test_openai_client_chat_and_completions(clusters: dict[str, str]) -> None:
@@ -126,3 +182,17 @@ def test_openai_client_chat_and_completions(clusters: dict[str, str]) -> None:
                                          temperature=0, stream=True)  # fmt: skip
     assert "".join(c.choices[0].text for c in streamed) == legacy.choices[0].text
     assert [m.id for m in client.models.list().data] == ["reference"]
+
+
+def test_a_prompt_the_decode_worker_caches_is_prefilled_there(clusters: dict[str, str]) -> None:
+    """The decode worker caches the KV it received; its KV events tell the router, which
+    then prefills the same prompt on it instead of moving the KV again."""
+    prompt = "Why does a second rider make a tandem faster?"
+    before = decisions(clusters["disagg"])
+    first = generate(clusters["disagg"], prompt, temperature=0)
+    second = generate(clusters["disagg"], prompt, temperature=0)
+    after = decisions(clusters["disagg"])
+    delta = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    assert delta.get("remote/long_prompt") == 1
+    assert delta.get("local/cached_prefix") == 1
+    assert first["choices"][0]["token_ids"] == second["choices"][0]["token_ids"]

@@ -2,6 +2,8 @@
 
 The output of every disaggregated request must be token-identical to the same request
 served by one worker doing both, and the bytes moved must be the analytical KV size.
+Every worker holds the same cluster credentials, as in a pod: gRPC, the KV handshake
+and the TCP KV transport are mutual TLS.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import asyncio
 import json
 import os
 import signal
-import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ import httpx
 import numpy as np
 import pytest
 
+from tandem.devcluster.ports import allocate_ports
 from tandem.engines.base import SamplingParams
 from tandem.engines.reference import compute_kv_bytes
 from tandem.engines.reference.config import ReferenceModelConfig
@@ -65,11 +68,13 @@ PROMPTS = [(f"req-{i}-{n}", prompt_of(n, seed=i)) for i, n in enumerate(prompt_l
 
 
 class Cluster:
-    """Starts reference-engine workers with the test's engine and KV backend."""
+    """Starts reference-engine workers with the test's engine, KV backend and
+    credentials."""
 
-    def __init__(self, tmp: Path, launcher: Any) -> None:
+    def __init__(self, tmp: Path, launcher: Any, credentials: Path) -> None:
         self.tmp = tmp
         self.launcher = launcher
+        self.credentials = credentials
 
     async def start(
         self, role: str, worker_id: str, backend: str, port: int = 0, *extra: str
@@ -86,12 +91,14 @@ class Cluster:
             "--rpc-timeout-s=10",
             *extra,
         ]
-        return await self.launcher.start(worker_id, args, log=log, env=env)
+        return await self.launcher.start(
+            worker_id, args, log=log, env=env, credentials=self.credentials
+        )
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, worker_launcher: Any) -> Cluster:
-    return Cluster(tmp_path, worker_launcher)
+def cluster(tmp_path: Path, worker_launcher: Any, cluster_credentials: Path) -> Cluster:
+    return Cluster(tmp_path, worker_launcher, cluster_credentials)
 
 
 async def decode_tokens(
@@ -238,15 +245,14 @@ async def test_sigterm_drains_then_exits(cluster: Cluster) -> None:
         assert await worker.proc.wait() == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-async def test_http_side_port_serves_probes_metrics_and_drain(cluster: Cluster) -> None:
-    http_port = _free_port()
-    worker = await cluster.start("both", "both-0", "tcp", 0, f"--http-port={http_port}")
+async def test_http_side_port_serves_probes_metrics_and_the_admin_socket_drains(
+    cluster: Cluster,
+) -> None:
+    (http_port,) = allocate_ports(1)
+    admin = cluster.tmp / "admin.sock"
+    worker = await cluster.start(
+        "both", "both-0", "tcp", 0, f"--http-port={http_port}", f"--admin-socket={admin}"
+    )
     prompt = prompt_of(40, seed=5)
     await decode_tokens(worker.client, "m1", prompt)
     base = f"http://127.0.0.1:{http_port}"
@@ -264,6 +270,15 @@ async def test_http_side_port_serves_probes_metrics_and_drain(cluster: Cluster) 
         stats = await worker.client.stats()
         assert f"tandem_worker_kv_blocks_total {float(stats.kv_blocks_total)}" in metrics
         assert 'tandem_worker_requests_total{outcome="ok",rpc="decode"} 1.0' in metrics
-        drained = await http.post("/drain", params={"grace_seconds": "1"})
-        assert drained.json() == {"in_flight": 0}
+        # Nothing on the network drains a worker ...
+        assert (await http.post("/drain", params={"grace_seconds": "1"})).status_code == 404
+        assert (await http.get("/readyz")).status_code == 200
+        assert oct(admin.stat().st_mode & 0o777) == "0o600"
+        # ... the preStop hook does, from inside (the command the operator renders).
+        hook = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tandem.admin", "drain", "--socket", str(admin),
+            "--grace-seconds", "1", stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, _ = await hook.communicate()
+        assert hook.returncode == 0 and out.decode().startswith("drained (0 request(s)")
         assert (await http.get("/readyz")).status_code == 503

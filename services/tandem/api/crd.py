@@ -62,11 +62,25 @@ def _collapse_any_of(node: Schema, defs: dict[str, Schema]) -> Schema:
     raise CrdGenerationError(f"cannot express anyOf {node['anyOf']} structurally")
 
 
+def _as_stored(value: Any) -> Any:
+    """``value`` as the API server stores it: JSON has one number type, so ``30.0`` comes
+    back as ``30``. A CRD that differs from its stored form conflicts under server-side
+    apply between field managers (``kubectl apply --server-side``, then ``helm install``)
+    even when both apply the same file."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _as_stored(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_stored(v) for v in value]
+    return value
+
+
 def to_structural(node: Schema, defs: dict[str, Schema], *, in_status: bool = False) -> Schema:
     node = _resolve(node, defs)
     if "anyOf" in node:
         node = _collapse_any_of(node, defs)
-    out: Schema = {k: node[k] for k in _KEPT if k in node}
+    out: Schema = {k: _as_stored(node[k]) for k in _KEPT if k in node}
     if in_status:
         out.pop("default", None)  # status is observed, never defaulted
     if "exclusiveMinimum" in node:
@@ -135,7 +149,6 @@ def _root_schema(model: type[ApiModel]) -> Schema:
     props = raw["properties"]
     root: Schema = {
         "type": "object",
-        "description": raw.get("description", ""),
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
@@ -145,6 +158,8 @@ def _root_schema(model: type[ApiModel]) -> Schema:
         },
         "required": ["spec"],
     }
+    if raw.get("description"):  # the API server drops an empty one (see _as_stored)
+        root["description"] = raw["description"]
     if model.cel_rules:
         root["x-kubernetes-validations"] = [r.to_schema() for r in model.cel_rules]
     return root

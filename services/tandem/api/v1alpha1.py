@@ -29,7 +29,14 @@ Quantity = Annotated[
 
 class EngineKind(enum.StrEnum):
     REFERENCE = "reference"  # numpy transformer on CPU: tests, laptops, CI
+    SIMULATED = "simulated"  # real token ids, a GPU-calibrated clock: goodput studies
     TRTLLM = "trtllm"  # TensorRT-LLM on NVIDIA GPUs
+
+
+class TokenizerKind(enum.StrEnum):
+    GGUF = "gguf"  # the tokenizer and chat template inside a .gguf model file
+    HARMONY = "harmony"  # gpt-oss: openai-harmony over the o200k vocabulary
+    BYTE = "byte"  # UTF-8 bytes + chat markers: the reference engine's random test model
 
 
 class AcceleratorProfile(enum.StrEnum):
@@ -72,11 +79,34 @@ class PoolRole(enum.StrEnum):
 class ModelSpec(ApiModel):
     """The model to serve."""
 
-    name: str = Field(min_length=1, description="Model identifier, e.g. openai/gpt-oss-120b.")
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            "!has(self.tokenizer) || self.tokenizer != 'gguf' || "
+            "(has(self.source) && self.source.endsWith('.gguf'))",
+            "tokenizer gguf reads the tokenizer inside the model file: model.source must "
+            "name a .gguf file",
+            ".tokenizer",
+        ),
+    )
+
+    # Lengths are bounded so the API server can cost the CEL rules that read them.
+    name: str = Field(
+        min_length=1, max_length=256, description="Model identifier, e.g. openai/gpt-oss-120b."
+    )
     source: str | None = Field(
         default=None,
+        max_length=1024,
         description="Where the weights come from: a path inside the image, pvc://CLAIM/PATH, "
-        "hf://ORG/NAME or s3://BUCKET/PATH. Not needed for the reference engine.",
+        "hf://ORG/NAME or s3://BUCKET/PATH; for the reference engine pkg://MODULE/PATH (a "
+        "file inside an installed Python package: locally, or in the Tandem image, which "
+        "ships SmolLM2's) or an absolute path. A .gguf file carries its own tokenizer. Not "
+        "needed for the reference engine's random model.",
+    )
+    tokenizer: TokenizerKind | None = Field(
+        default=None,
+        description="gguf, harmony or byte; the frontend and every worker use it. Unset: "
+        "gguf when source is a .gguf file, else harmony when name contains gpt-oss, else "
+        "byte for the reference engine (its random test model).",
     )
     served_name: str | None = Field(
         default=None,
@@ -97,7 +127,11 @@ class ModelSpec(ApiModel):
 class EngineSpec(ApiModel):
     """The runtime that executes the model inside each worker."""
 
-    kind: EngineKind = Field(default=EngineKind.REFERENCE, description="reference or trtllm.")
+    kind: EngineKind = Field(
+        default=EngineKind.REFERENCE,
+        description="reference (a CPU transformer), simulated (real token ids with a "
+        "GPU-calibrated clock, docs/simulated-engine.md) or trtllm.",
+    )
     image: str | None = Field(
         default=None,
         description="Worker container image; defaults to the accelerator profile's image.",
@@ -105,7 +139,8 @@ class EngineSpec(ApiModel):
     options: OpenObject = Field(
         default_factory=OpenObject,
         description="Engine options passed through to the engine (for trtllm: LLM API "
-        "arguments; for reference: model shape and seed).",
+        "arguments; for reference: model shape and seed; for simulated: the modelled "
+        "GPU, parallelism, speedup and an optional measured table).",
     )
 
 
@@ -337,6 +372,37 @@ class InferenceClusterSpec(ApiModel):
             "the trtllm engine needs a GPU accelerator profile",
             ".engine.kind",
         ),
+        # tandem.tokenization.selection.tokenizer_kind decides the same way.
+        CelRule(
+            "has(self.model.tokenizer) ? self.model.tokenizer != 'byte' || "
+            "self.engine.kind == 'reference' : (has(self.model.source) && "
+            "self.model.source.endsWith('.gguf')) || self.model.name.contains('gpt-oss') || "
+            "self.engine.kind == 'reference'",
+            "cannot choose a tokenizer: set model.tokenizer (gguf for a .gguf model.source, "
+            "harmony for gpt-oss; byte is only the reference engine's test vocabulary)",
+            ".model.tokenizer",
+        ),
+        # Transition rules (updates only). An InferenceCluster is one model on one kind of
+        # hardware: changing either is a new cluster, brought up next to the old one.
+        CelRule(
+            "self.model.name == oldSelf.model.name",
+            "model.name is immutable: an InferenceCluster serves one model; create another "
+            "InferenceCluster for another model and move traffic to it",
+            ".model.name",
+        ),
+        CelRule(
+            "self.accelerator.profile == oldSelf.accelerator.profile",
+            "accelerator.profile is immutable: other hardware means other nodes, images and "
+            "KV transports; create another InferenceCluster and move traffic to it",
+            ".accelerator.profile",
+        ),
+        CelRule(
+            "self.engine.kind == 'reference' || (has(self.model.tokenizer) ? "
+            "self.model.tokenizer == 'harmony' : !(has(self.model.source) && "
+            "self.model.source.endsWith('.gguf')) && self.model.name.contains('gpt-oss'))",
+            "the trtllm and simulated engines serve gpt-oss models (tokenizer harmony)",
+            ".model.tokenizer",
+        ),
     )
 
     model: ModelSpec
@@ -408,6 +474,10 @@ class WorkerPoolSpec(ApiModel):
             "self.role != 'decode' || self.minReplicas >= 1",
             "a decode pool needs minReplicas >= 1",
             ".minReplicas",
+        ),
+        CelRule("self.role == oldSelf.role", "role is immutable", ".role"),
+        CelRule(
+            "self.clusterName == oldSelf.clusterName", "clusterName is immutable", ".clusterName"
         ),
     )
 

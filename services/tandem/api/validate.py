@@ -8,6 +8,7 @@ Validation runs in two passes, the same two the API server applies to our CRDs:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,8 @@ class FieldError:
 
     def __str__(self) -> str:
         where = f"{self.source}: " if self.source else ""
-        return f"{where}{self.path or '<document>'}: {self.message}"
+        field = f"{self.path}: " if self.path else ""  # "" when the whole file is at fault
+        return f"{where}{field}{self.message}"
 
 
 class ManifestError(Exception):
@@ -68,10 +70,20 @@ def _pydantic_errors(exc: ValidationError, source: str) -> list[FieldError]:
 _CEL_ENV = celpy.Environment()
 
 
-def _cel_passes(rule: str, subject: Mapping[str, Any]) -> bool:
+def _cel_passes(
+    rule: str, subject: Mapping[str, Any], old: Mapping[str, Any] | None = None
+) -> bool:
     program = _CEL_ENV.program(_CEL_ENV.compile(rule))
-    result = program.evaluate({"self": json_to_cel(dict(subject))})
+    activation = {"self": json_to_cel(dict(subject))}
+    if old is not None:
+        activation["oldSelf"] = json_to_cel(dict(old))
+    result = program.evaluate(activation)
     return bool(result)
+
+
+def is_transition_rule(rule: str) -> bool:
+    """A rule about a change (it reads ``oldSelf``): the API server runs it on updates only."""
+    return "oldSelf" in rule
 
 
 def _walk_models(obj: BaseModel, path: str) -> Iterator[tuple[ApiModel, str]]:
@@ -88,22 +100,33 @@ def _walk_models(obj: BaseModel, path: str) -> Iterator[tuple[ApiModel, str]]:
                     yield from _walk_models(item, _join(_join(path, wire), i))
 
 
-def check_cel_rules(obj: ApiModel, source: str = "") -> list[FieldError]:
-    """Every CEL rule of every model in ``obj``'s tree, evaluated on its defaulted form."""
+def check_cel_rules(
+    obj: ApiModel, source: str = "", previous: ApiModel | None = None
+) -> list[FieldError]:
+    """Every CEL rule of every model in ``obj``'s tree, evaluated on its defaulted form;
+    the transition rules only against ``previous`` (an update), as the API server does."""
+    before = {path: model for model, path in _walk_models(previous, "")} if previous else {}
     errors = []
     for model, path in _walk_models(obj, ""):
         if not model.cel_rules:
             continue
         wire = model.to_wire()
         for rule in model.cel_rules:
-            if not _cel_passes(rule.rule, wire):
+            old = None
+            if is_transition_rule(rule.rule):
+                prior = before.get(path)
+                if prior is None or type(prior) is not type(model):
+                    continue
+                old = prior.to_wire()
+            if not _cel_passes(rule.rule, wire, old):
                 where = path + (rule.field_path or "")
                 errors.append(FieldError(source, where.lstrip("."), rule.message))
     return errors
 
 
-def parse_object(doc: Any, source: str = "") -> ApiModel:
-    """Validate one decoded YAML/JSON document into its API type."""
+def parse_object(doc: Any, source: str = "", previous: ApiModel | None = None) -> ApiModel:
+    """Validate one decoded YAML/JSON document into its API type; with ``previous`` (the
+    object as it is now) also as an update of it."""
     if not isinstance(doc, dict):
         raise ManifestError([FieldError(source, "", "a document must be a mapping")])
     kind = doc.get("kind")
@@ -112,17 +135,21 @@ def parse_object(doc: Any, source: str = "") -> ApiModel:
         expected = " or ".join(KINDS)
         raise ManifestError([FieldError(source, "kind", f"must be {expected}, got {kind!r}")])
     try:
-        obj = model.model_validate(doc)
+        # Strict JSON-mode types, as the API server checks them: "3" is no integer there,
+        # 3 is a valid number, enums are their string values.
+        # default=str: a YAML date reaches the API server as a string too.
+        obj = model.model_validate_json(json.dumps(doc, default=str), strict=True)
     except ValidationError as exc:
         raise ManifestError(_pydantic_errors(exc, source)) from None
-    errors = check_cel_rules(obj, source)
+    errors = check_cel_rules(obj, source, previous)
     if errors:
         raise ManifestError(errors)
     return obj
 
 
-def load_documents(text: str, source: str) -> list[ApiModel]:
-    """All documents of a YAML stream; collects every error before raising."""
+def load_documents(text: str, source: str, previous: Sequence[ApiModel] = ()) -> list[ApiModel]:
+    """All documents of a YAML stream; collects every error before raising. An object of
+    ``previous`` with the same kind and name is what the document updates."""
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
@@ -136,7 +163,8 @@ def load_documents(text: str, source: str) -> list[ApiModel]:
     errors: list[FieldError] = []
     for index, doc in enumerate(docs):
         try:
-            objects.append(parse_object(doc, f"{source}#{index}" if len(docs) > 1 else source))
+            where = f"{source}#{index}" if len(docs) > 1 else source
+            objects.append(parse_object(doc, where, _previous_of(doc, previous)))
         except ManifestError as exc:
             errors.extend(exc.errors)
     if errors:
@@ -144,13 +172,23 @@ def load_documents(text: str, source: str) -> list[ApiModel]:
     return objects
 
 
-def load_file(path: str | Path) -> list[ApiModel]:
+def _previous_of(doc: Any, previous: Sequence[ApiModel]) -> ApiModel | None:
+    if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict):
+        return None
+    key = (doc.get("kind"), doc["metadata"].get("name"))
+    for obj in previous:
+        if (getattr(obj, "kind", None), obj.metadata.name) == key:  # type: ignore[attr-defined]
+            return obj
+    return None
+
+
+def load_file(path: str | Path, previous: Sequence[ApiModel] = ()) -> list[ApiModel]:
     p = Path(path)
     try:
         text = p.read_text()
     except OSError as exc:
         raise ManifestError([FieldError(str(p), "", f"cannot read: {exc.strerror}")]) from None
-    return load_documents(text, str(p))
+    return load_documents(text, str(p), previous)
 
 
 def load_inference_cluster(path: str | Path) -> api.InferenceCluster:

@@ -14,6 +14,8 @@ average; below it, it would).
   general service times (the Allen-Cunneen approximation).
 
 The oracle that knows the future runs exactly these sizes, started one cold start early.
+``slo_oracle`` sizes pools by what users get instead (every request within its TTFT and
+ITL targets on the simulated engine).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """``make bench``: run every benchmark, each in its own process, and write one report.
 
 Each section is a module with a ``main()`` that prints a markdown table of ratios measured
-side by side in the same run (NIXL vs memcpy, TCP vs NIXL, policy vs oracle, operator vs a
-no-operator baseline). Running them as separate processes keeps one benchmark's threads,
-UCX state and memory from skewing the next. Nothing here is a pass/fail test.
+side by side in the same run (NIXL vs memcpy, TCP vs NIXL, batched vs one-by-one engine
+steps, policy vs oracle, operator vs a no-operator baseline). Running them as separate
+processes keeps one benchmark's threads, UCX state and memory from skewing the next.
+Nothing here is a pass/fail test.
 """
 
 from __future__ import annotations
@@ -34,8 +35,45 @@ SECTIONS = (
         "tandem.bench.kv",
         "KV blocks read by a decode-side agent from a prefill-side process over loopback, "
         "against numpy memcpy of the same bytes in the same run (reference-model KV of "
-        "1k/8k/32k tokens, and the synthetic gpt-oss-120b 32k layout of 1,212,678,144 B).",
+        "1k/8k/32k tokens, and the synthetic gpt-oss-120b 32k layout of 1,212,678,144 B); "
+        "TCP both in plaintext and with mutual TLS 1.3 (the cluster's credentials, as "
+        "workers run it in pods and under `tandem up`).",
         600,
+    ),
+    Section(
+        "engine",
+        "Reference engine: batched steps, chunked prefill, prefix cache (SmolLM2-135M)",
+        "tandem.bench.engine",
+        "SmolLM2-135M-Instruct from its GGUF in the reference engine (numpy, one BLAS "
+        "thread): batched decode against the same sequences stepped one by one, decode "
+        "latency while a 4k-token prompt prefills on the same engine (in one call, as "
+        "before batched steps, vs chunked into the steps), prefill rate, the prefix cache "
+        "on a shared system prompt, and a worker process's memory.",
+        600,
+    ),
+    Section(
+        "kv-routing",
+        "KV-event routing vs round-robin vs router memory (shared-prefix chats, SmolLM2)",
+        "tandem.bench.kv_routing",
+        "Real processes as `tandem up` plans them (2 prefill + 2 decode reference-engine "
+        "workers on SmolLM2-135M-Instruct, the real frontend, KV over NIXL), multi-turn "
+        "chats behind one ~1,000-token system prompt, turns interleaved one request at a "
+        "time through the `openai` client: TTFT and prompt tokens computed vs served from "
+        "the workers' prefix "
+        "caches, for the router as it is (workers' KV events in Dynamo's radix tree), "
+        "round-robin, and the router-memory index it replaced (restored as a benchmark "
+        "baseline, `tandem.bench.router_memory`), on one and on two frontend replicas.",
+        1800,
+    ),
+    Section(
+        "kv-index",
+        "Router overhead with Dynamo's radix index populated (8k/32k prompts), index updates",
+        "tandem.bench.kv_index",
+        "The router's KV index (ai-dynamo-runtime 1.6.1 `RadixTree`) filled as 32 workers "
+        "of 15,488 blocks each would fill it: per-request cost of hashing, `find_matches` "
+        "and the routing policy at 8k and 32k-token prompts, and events applied per "
+        "second, against Dynamo's published indexer figures.",
+        300,
     ),
     Section(
         "frontend",
@@ -44,6 +82,52 @@ SECTIONS = (
         "Server-side time per request for the real HTTP frontend and router, pinned to one "
         "core, with workers that answer at once: what Tandem itself adds to each request.",
         600,
+    ),
+    Section(
+        "frontend-tokenizer",
+        "Frontend with a real tokenizer: Tandem vs NVIDIA Dynamo 1.6.1 (32k-token English prompts)",
+        "tandem.bench.tokenizer_frontends",
+        "Requests/s per frontend core on distinct 32,768-token English chat prompts, "
+        "tokenized with SmolLM2's tokenizer by both: Tandem's frontend (tokenizer on its "
+        "thread pool) and Dynamo's Rust frontend (kv router, mocker backends, file "
+        "discovery), same client, same prompts, `max_tokens: 1`, in the same run. Equal "
+        "prompt-token counts show both tokenized alike.",
+        900,
+    ),
+    Section(
+        "faults",
+        "Fault suite: every request counted (data plane)",
+        "tandem.bench.faults",
+        "Each fault injected under steady load from the official `openai` client into a "
+        "local InferenceCluster run by `tandem up`'s supervisor; what every request "
+        "became, and how long until the cluster was whole again.",
+        900,
+    ),
+    Section(
+        "fuzz",
+        "HTTP fuzz: 10,000 generated requests",
+        "tandem.bench.fuzz",
+        "Hypothesis-generated HTTP requests against a running frontend: no 5xx, every 4xx "
+        "an OpenAI error object, the server serving afterwards.",
+        1800,
+    ),
+    Section(
+        "soak",
+        "Soak: 10 minutes at twice capacity",
+        "tandem.bench.soak",
+        "A local cluster offered twice the capacity it just measured for 10 minutes: what "
+        "it answered and refused, the latency of what it admitted, and whether any process "
+        "grew (RSS, file descriptors, threads sampled from /proc).",
+        1200,
+    ),
+    Section(
+        "goodput",
+        "Goodput at 1k/8k/32k ISL: aggregated vs disaggregated gpt-oss-120b (simulated GPUs)",
+        "tandem.bench.goodput",
+        "aiperf drives the real stack whose simulated engines keep a GB200/B200-shaped clock; "
+        "the same deployments in virtual time, and the rate-matched ideal, from the same "
+        "performance model. Pareto plots in docs/img/.",
+        5400,
     ),
     Section(
         "autoscale",
@@ -73,8 +157,10 @@ def _run(section: Section) -> str:
             text=True,
             timeout=section.timeout_s,
             check=False,
-            # NIXL's Python logger writes INFO lines to stdout, which is the report.
-            env={**os.environ, "NIXL_LOG_LEVEL": "WARNING"},
+            # NIXL's Python logger writes INFO lines to stdout, which is the report. Its
+            # names for levels (nixl logging.py): TRACE DEBUG INFO WARN ERROR FATAL; an
+            # unknown one ("WARNING") keeps INFO and prints a warning into the report.
+            env={**os.environ, "NIXL_LOG_LEVEL": "WARN"},
         )
     except subprocess.TimeoutExpired:
         return f"**Did not finish within {section.timeout_s:.0f} s.**\n"
@@ -82,24 +168,40 @@ def _run(section: Section) -> str:
     if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-15:])
         return f"**Failed (exit {done.returncode}).**\n\n```\n{tail}\n```\n"
-    return f"{done.stdout.strip()}\n\n_({elapsed:.0f} s)_\n"
+    return f"{done.stdout.strip()}\n\n_({elapsed:.0f} s, commit {_commit() or 'unknown'})_\n"
+
+
+def _commit() -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
 
 
 def _header() -> str:
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    commit = _commit()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return (
         "# Benchmarks\n\n"
         "Generated by `make bench` (`python -m tandem.bench`). Every figure is a ratio or "
         "a distribution measured side by side in one run on the machine below; absolute "
-        "numbers move with the machine, ratios much less.\n\n"
+        "numbers move with the machine, ratios much less. A partial run (`--only`) "
+        "replaces just its sections; each section names the commit it measured.\n\n"
         f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n"
         f"- commit: {commit or 'unknown'}\n"
         f"- machine: {os.cpu_count()} CPUs, {platform.machine()}, Python "
         f"{platform.python_version()}; load average at start {load}\n"
     )
+
+
+def merge_sections(report: str, fresh: dict[str, str], header: str) -> str:
+    """``report`` with the sections titled in ``fresh`` replaced (or appended, in
+    ``SECTIONS`` order) and the run header of the latest run (pure)."""
+    _, *chunks = report.split("\n## ")
+    sections = dict(chunk.split("\n\n", 1) for chunk in chunks)
+    sections.update(fresh)
+    order = [s.title for s in SECTIONS if s.title in sections]
+    order += [t for t in sections if t not in order]
+    return header + "".join(f"\n## {t}\n\n{sections[t].rstrip()}\n" for t in order)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,11 +212,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     chosen = [s for s in SECTIONS if not args.only or s.key in args.only]
-    parts = [_header()]
+    parts = {}
     for section in chosen:
         print(f"bench: {section.key} ...", file=sys.stderr, flush=True)
-        parts.append(f"\n## {section.title}\n\n{section.about}\n\n{_run(section)}")
-    report = "".join(parts)
+        parts[section.title] = f"{section.about}\n\n{_run(section)}"
+    if args.only and args.write and args.write.exists():
+        # Some sections only: the others keep their last figures (each says its commit).
+        report = merge_sections(args.write.read_text(), parts, _header())
+    else:
+        report = _header() + "".join(f"\n## {t}\n\n{b}" for t, b in parts.items())
     if args.write:
         args.write.write_text(report)
         print(f"wrote {args.write}", file=sys.stderr)

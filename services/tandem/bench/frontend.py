@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tandem.api.v1alpha1 import ModelSpec
+from tandem.bench.http_load import Connection, drive, percentile
 from tandem.frontend.config import DisaggregationSettings, FrontendConfig, FrontendSettings
-from tandem.tokenization import ByteTokenizer, ChatMessage
+from tandem.tokenization import ByteTokenizer, ChatMessage, Tokenizer
 
 PROMPT_TOKENS = 32768
 MODEL = "bench"
@@ -80,7 +81,14 @@ def _timed(app: Asgi, timings: list[float]) -> Asgi:
     return wrapper
 
 
-async def _serve(port: int, prefill_workers: int, worker_addresses: list[str]) -> None:
+async def serve_frontend(
+    port: int,
+    prefill_workers: int,
+    worker_addresses: list[str],
+    tokenizer: Tokenizer | None = None,
+    prompt_tokens: int = PROMPT_TOKENS,
+) -> None:
+    """The benchmarked frontend over null workers; prints ``READY <port>``."""
     from prometheus_client import CollectorRegistry
 
     from tandem.frontend.server import build_frontend, serve
@@ -88,8 +96,10 @@ async def _serve(port: int, prefill_workers: int, worker_addresses: list[str]) -
     from tandem.router.membership import Member, StaticMembership
     from tandem.router.policy import WorkerRole
     from tandem.router.ports import WorkerClientFactory
+    from tandem.tokenization.selection import fingerprint
     from tandem.worker.client import WorkerClient
 
+    tokenizer = tokenizer or ByteTokenizer()
     roles = {f"prefill-{i}": WorkerRole.PREFILL for i in range(prefill_workers)}
     roles["decode-0"] = WorkerRole.DECODE
     factory: WorkerClientFactory
@@ -98,9 +108,12 @@ async def _serve(port: int, prefill_workers: int, worker_addresses: list[str]) -
         factory = WorkerClient
     else:
         ledger = KvLedger()
-        factory = InProcessCluster([InProcessWorker(a, r, ledger) for a, r in roles.items()])
+        same = fingerprint(tokenizer)
+        factory = InProcessCluster(
+            [InProcessWorker(a, r, ledger, tokenizer_fingerprint=same) for a, r in roles.items()]
+        )
     config = FrontendConfig(
-        model=ModelSpec(name=MODEL, max_input_tokens=PROMPT_TOKENS + 1024, max_output_tokens=16),
+        model=ModelSpec(name=MODEL, max_input_tokens=prompt_tokens + 1024, max_output_tokens=16),
         frontend=FrontendSettings(
             disaggregation=DisaggregationSettings(min_prefill_tokens=512),
             max_queued_requests=4096,
@@ -109,6 +122,7 @@ async def _serve(port: int, prefill_workers: int, worker_addresses: list[str]) -
     app, _ = build_frontend(
         config,
         factory,
+        tokenizer=tokenizer,
         membership=StaticMembership([Member(a, r) for a, r in roles.items()]),
         registry=CollectorRegistry(),
     )
@@ -119,83 +133,8 @@ async def _serve(port: int, prefill_workers: int, worker_addresses: list[str]) -
 # --------------------------------------------------------------------------- client side
 
 
-class _Connection:
-    """A minimal keep-alive HTTP/1.1 client: fast enough not to be the bottleneck."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-
-    @classmethod
-    async def open(cls, port: int) -> _Connection:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        return cls(reader, writer)
-
-    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
-        head = (
-            f"{method} {path} HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\n\r\n"
-        ).encode()
-        self.writer.write(head + body)
-        await self.writer.drain()
-        status_line, *header_lines = (
-            (await self.reader.readuntil(b"\r\n\r\n")).decode().split("\r\n")
-        )
-        headers = {}
-        for line in header_lines:
-            if ":" in line:
-                key, value = line.split(":", 1)
-                headers[key.strip().lower()] = value.strip()
-        status = int(status_line.split()[1])
-        if "content-length" in headers:
-            return status, await self.reader.readexactly(int(headers["content-length"]))
-        chunks: list[bytes] = []
-        while True:  # chunked (SSE)
-            size = int((await self.reader.readuntil(b"\r\n")).strip(), 16)
-            data = await self.reader.readexactly(size + 2)
-            if size == 0:
-                return status, b"".join(chunks)
-            chunks.append(data[:-2])
-
-    def close(self) -> None:
-        self.writer.close()
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
-
-
-async def _drive(
-    port: int, body: bytes, count: int, concurrency: int, budget_s: float
-) -> tuple[list[float], float, int]:
-    """``count`` requests over ``concurrency`` connections; (latencies, elapsed, errors)."""
-    connections = [await _Connection.open(port) for _ in range(concurrency)]
-    latencies: list[float] = []
-    errors = 0
-    remaining = count
-    deadline = time.monotonic() + budget_s
-
-    async def worker(connection: _Connection) -> None:
-        nonlocal remaining, errors
-        while remaining > 0 and time.monotonic() < deadline:
-            remaining -= 1
-            started = time.perf_counter()
-            status, _ = await connection.request("POST", "/v1/chat/completions", body)
-            latencies.append(time.perf_counter() - started)
-            errors += status != 200
-
-    started = time.perf_counter()
-    async with asyncio.timeout(budget_s + 30):
-        await asyncio.gather(*(worker(c) for c in connections))
-    elapsed = time.perf_counter() - started
-    for connection in connections:
-        connection.close()
-    return latencies, elapsed, errors
-
-
 async def _server_timings(port: int) -> list[float]:
-    connection = await _Connection.open(port)
+    connection = await Connection.open(port)
     try:
         _, body = await connection.request("GET", "/bench/timings")
     finally:
@@ -253,19 +192,19 @@ async def _run_case(
         "stream": case.stream,
     }
     body = json.dumps(payload).encode()
-    await _drive(port, body, 50, 1, budget_s)  # warm-up
+    await drive(port, [body], 50, 1, budget_s)  # warm-up
     await _server_timings(port)
-    latencies, _, errors = await _drive(port, body, requests, 1, budget_s)
+    latencies, _, errors = await drive(port, [body], requests, 1, budget_s)
     server = await _server_timings(port)
-    _, elapsed, more_errors = await _drive(port, body, requests * 3, concurrency, budget_s)
+    _, elapsed, more_errors = await drive(port, [body], requests * 3, concurrency, budget_s)
     done = len(await _server_timings(port))
     return {
         "case": case.name,
         "requests": len(latencies),
         "server_p50_ms": 1e3 * statistics.median(server),
-        "server_p99_ms": 1e3 * _percentile(server, 0.99),
+        "server_p99_ms": 1e3 * percentile(server, 0.99),
         "client_p50_ms": 1e3 * statistics.median(latencies),
-        "client_p99_ms": 1e3 * _percentile(latencies, 0.99),
+        "client_p99_ms": 1e3 * percentile(latencies, 0.99),
         "requests_per_s": done / elapsed,
         "concurrency": concurrency,
         "errors": errors + more_errors,
@@ -332,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.serve:
         if args.core is not None:
             os.sched_setaffinity(0, {args.core})
-        asyncio.run(_serve(args.port, args.prefill_workers, args.worker))
+        asyncio.run(serve_frontend(args.port, args.prefill_workers, args.worker))
         return 0
     rows = run_frontend_bench(requests=args.requests, concurrency=args.concurrency)
     print(json.dumps(rows, indent=2) if args.json else format_markdown(rows))

@@ -22,14 +22,18 @@ import math
 import os
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 
 from tandem.engines.base import KvRange
 from tandem.kv import KvTransport, PeerInfo, make_transport, nixl_available
+from tandem.security import CredentialBundle, CredentialStore, issue, write_bundle
 
 logger = logging.getLogger(__name__)
 
@@ -78,11 +82,12 @@ DEFAULT_DESCRIPTOR_BYTES: tuple[int, ...] = (64 * KIB, MIB, 16 * MIB)
 class TransportConfig:
     backend: str  # "nixl" | "tcp"
     ucx_tls: str | None = None  # NIXL only; None leaves UCX to choose
+    mutual_tls: bool = False  # TCP only: both ends present the cluster's credentials
 
     @property
     def label(self) -> str:
         if self.backend != "nixl":
-            return self.backend
+            return f"{self.backend}+mTLS" if self.mutual_tls else self.backend
         return f"nixl(UCX_TLS={self.ucx_tls or 'unset'})"
 
 
@@ -127,11 +132,14 @@ def _ucx_env(ucx_tls: str | None) -> Iterator[None]:
 
 
 @contextlib.asynccontextmanager
-async def _serving_helper(config: TransportConfig, nbytes: int) -> AsyncIterator[PeerInfo]:
+async def _serving_helper(
+    config: TransportConfig, nbytes: int, credentials: Path | None
+) -> AsyncIterator[PeerInfo]:
     env = dict(os.environ)
     env.pop("UCX_TLS", None)
     if config.ucx_tls is not None:
         env["UCX_TLS"] = config.ucx_tls
+    tls = ["--serve-credentials", str(credentials)] if credentials is not None else []
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -140,6 +148,7 @@ async def _serving_helper(config: TransportConfig, nbytes: int) -> AsyncIterator
         config.backend,
         "--serve-bytes",
         str(nbytes),
+        *tls,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         env=env,
@@ -160,11 +169,20 @@ async def _serving_helper(config: TransportConfig, nbytes: int) -> AsyncIterator
         await proc.wait()
 
 
-async def _serve(backend: str, nbytes: int) -> None:
+def _credential_options(credentials: Path | None) -> dict[str, object]:
+    return {} if credentials is None else {"credentials": CredentialStore(credentials)}
+
+
+async def _serve(backend: str, nbytes: int, credentials: Path | None) -> None:
     region = np.empty(nbytes, dtype=np.uint8)
     _fill_pattern(region, seed=1)
     incarnation = f"{os.getpid()}-{time.monotonic_ns()}"
-    transport = make_transport(backend, worker_id="bench-prefill", incarnation=incarnation)
+    transport = make_transport(
+        backend,
+        worker_id="bench-prefill",
+        incarnation=incarnation,
+        **_credential_options(credentials),
+    )
     await transport.register([region.data])
     transport.expect_reads(1)  # serves reads for its whole life, as if claimed
     metadata = transport.local_metadata().hex()
@@ -185,13 +203,18 @@ async def _measure_config(
     reps: int,
     deadline: float,
     timeout_s: float,
+    credentials: Path,
 ) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     nbytes = dst.size
-    async with _serving_helper(config, nbytes) as peer:
+    tls = credentials if config.mutual_tls else None
+    async with _serving_helper(config, nbytes, tls) as peer:
         with _ucx_env(config.ucx_tls):
             transport: KvTransport = make_transport(
-                config.backend, worker_id="bench-decode", incarnation=str(os.getpid())
+                config.backend,
+                worker_id="bench-decode",
+                incarnation=str(os.getpid()),
+                **_credential_options(tls),
             )
         await transport.register([dst.data])
         try:
@@ -233,17 +256,18 @@ async def _measure_config(
     return rows
 
 
-def _add_tcp_vs_nixl(rows: list[dict[str, object]]) -> None:
-    nixl = {
+def _add_ratio(rows: list[dict[str, object]], of: str, to: str, key: str) -> None:
+    """``row[key]`` = throughput of transport ``of`` / that of ``to`` on the same case."""
+    base_rows = {
         (r["layout"], r["tokens"], r["descriptor_bytes"]): r["transfer_gbps"]
         for r in rows
-        if r["transport"] == "nixl(UCX_TLS=unset)"
+        if r["transport"] == to
     }
     for row in rows:
-        if row["transport"] == "tcp":
-            base = nixl.get((row["layout"], row["tokens"], row["descriptor_bytes"]))
+        if row["transport"] == of:
+            base = base_rows.get((row["layout"], row["tokens"], row["descriptor_bytes"]))
             if isinstance(base, float) and base > 0:
-                row["ratio_vs_nixl"] = round(float(str(row["transfer_gbps"])) / base, 3)
+                row[key] = round(float(str(row["transfer_gbps"])) / base, 3)
 
 
 async def run_kv_bench_async(
@@ -265,14 +289,20 @@ async def run_kv_bench_async(
     dst = np.ones(nbytes, dtype=np.uint8)  # touched, so page faults are not measured
     deadline = time.monotonic() + budget_s
     rows: list[dict[str, object]] = []
-    for config in transports:
-        rows += await _measure_config(config, expanded, src, dst, reps, deadline, timeout_s)
-    _add_tcp_vs_nixl(rows)
+    with tempfile.TemporaryDirectory(prefix="tandem-bench-kv-") as tmp:
+        credentials = Path(tmp) / "credentials"
+        write_bundle(credentials, CredentialBundle.of(issue("bench", datetime.now(UTC))))
+        for config in transports:
+            rows += await _measure_config(
+                config, expanded, src, dst, reps, deadline, timeout_s, credentials
+            )
+    _add_ratio(rows, "tcp", "nixl(UCX_TLS=unset)", "ratio_vs_nixl")
+    _add_ratio(rows, "tcp+mTLS", "tcp", "ratio_vs_plain_tcp")
     return rows
 
 
 def default_transports() -> list[TransportConfig]:
-    configs = [TransportConfig("tcp")]
+    configs = [TransportConfig("tcp"), TransportConfig("tcp", mutual_tls=True)]
     if nixl_available():
         configs = [TransportConfig("nixl"), TransportConfig("nixl", "tcp"), *configs]
     return configs
@@ -294,14 +324,14 @@ def run_kv_bench(
 def format_markdown(rows: Sequence[dict[str, object]]) -> str:
     header = (
         "| transport | layout | tokens | KV bytes | descriptor | descriptors | GB/s "
-        "| memcpy GB/s | vs memcpy | vs NIXL |\n"
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| memcpy GB/s | vs memcpy | vs NIXL | vs plain TCP |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     lines = [
         f"| {r['transport']} | {r['layout']} | {r['tokens']} | {r['kv_bytes']:,} "
         f"| {_size(int(str(r['descriptor_bytes'])))} | {r['descriptors']} "
         f"| {r['transfer_gbps']} | {r['memcpy_gbps']} | {r['ratio_vs_memcpy']} "
-        f"| {r.get('ratio_vs_nixl', '')} |"
+        f"| {r.get('ratio_vs_nixl', '')} | {r.get('ratio_vs_plain_tcp', '')} |"
         for r in rows
     ]
     return header + "\n".join(lines) + "\n"
@@ -318,10 +348,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print rows as JSON lines")
     parser.add_argument("--serve", choices=["nixl", "tcp"], help=argparse.SUPPRESS)
     parser.add_argument("--serve-bytes", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-credentials", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     if args.serve:
-        asyncio.run(_serve(args.serve, args.serve_bytes))
+        asyncio.run(_serve(args.serve, args.serve_bytes, args.serve_credentials))
         return 0
     rows = run_kv_bench(reps=args.reps, budget_s=args.budget_s)
     if args.json:

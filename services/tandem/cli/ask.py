@@ -13,24 +13,23 @@ from typing import Any
 
 import httpx
 
-from tandem.runtime.state import cluster_dir, list_clusters, read_state
+from tandem.cli.local import not_running, pick_cluster
+from tandem.runtime.state import cluster_dir, read_state
 
 
 def _endpoint(name: str | None) -> str | None:
-    names = [name] if name else list_clusters()
-    if len(names) != 1:
-        hint = "pass --name" if names else "start one with `tandem up -f FILE --detach`"
-        print(f"error: cannot tell which local cluster to ask ({hint})", file=sys.stderr)
+    picked = pick_cluster(name)
+    if picked is None:
         return None
-    state = read_state(cluster_dir(names[0]))
+    state = read_state(cluster_dir(picked))
     if state is None or not state.endpoint:
-        print(f"error: cluster {names[0]!r} is not running", file=sys.stderr)
+        print(f"error: {not_running(picked)}", file=sys.stderr)
         return None
     return state.endpoint
 
 
-# Control characters other than newline and tab become visible escapes: a model (the
-# reference one emits arbitrary bytes) must not be able to drive the user's terminal.
+# Control characters other than newline and tab become visible escapes: the endpoint may
+# be anyone's, and whatever its model emits must not be able to drive the user's terminal.
 _CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), 0x7F) if c not in (0x09, 0x0A)}
 
 
@@ -45,7 +44,14 @@ def _error_message(response: httpx.Response) -> str:
         return response.text[:200]
 
 
-def ask(endpoint: str, model: str | None, prompt: str, max_tokens: int, timeout_s: float) -> int:
+def ask(
+    endpoint: str,
+    model: str | None,
+    prompt: str,
+    max_tokens: int,
+    timeout_s: float,
+    temperature: float = 0.0,
+) -> int:
     base = endpoint.rstrip("/")
     with httpx.Client(timeout=timeout_s) as client:
         if model is None:
@@ -56,6 +62,7 @@ def ask(endpoint: str, model: str | None, prompt: str, max_tokens: int, timeout_
             "model": model,
             "messages": [{"role": "user", "content": prompt}],
             "max_tokens": max_tokens,
+            "temperature": temperature,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -91,7 +98,12 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if endpoint is None:
         return 1
     try:
-        return ask(endpoint, args.model, args.prompt, args.max_tokens, args.timeout)
+        return ask(
+            endpoint, args.model, args.prompt, args.max_tokens, args.timeout, args.temperature
+        )
+    except httpx.ConnectError as exc:
+        print(f"error: nothing answers at {endpoint} ({exc}); is it running?", file=sys.stderr)
+        return 1
     except httpx.HTTPError as exc:
         print(f"error: {endpoint}: {exc}", file=sys.stderr)
         return 1
@@ -104,5 +116,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--endpoint", help="an OpenAI base URL instead, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--model", help="model name (default: the first one the endpoint lists)")
     p.add_argument("--max-tokens", type=int, default=48, help="tokens to generate (default 48)")
+    # Greedy by default: a small model (the laptop's SmolLM2-135M) answers a factual
+    # question correctly and the same way every time; OpenAI's default of 1 rambles.
+    p.add_argument(
+        "--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)"
+    )
     p.add_argument("--timeout", type=float, default=120.0, help="seconds (default 120)")
     p.set_defaults(handler=cmd_ask)

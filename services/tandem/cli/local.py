@@ -11,6 +11,7 @@ from tandem.api.validate import ManifestError, load_inference_cluster
 from tandem.cli.manifest_files import print_manifest_errors
 from tandem.runtime.launcher import LaunchError, detach, down, run_foreground
 from tandem.runtime.plan import WORKER_MODULE
+from tandem.runtime.preflight import local_run_errors
 from tandem.runtime.state import cluster_dir, list_clusters
 from tandem.runtime.status import collect_status, render_status
 
@@ -24,6 +25,9 @@ def _say(line: str) -> None:
 def cmd_up(args: argparse.Namespace) -> int:
     try:
         cluster = load_inference_cluster(args.filename)
+        problems = local_run_errors(cluster, args.filename)
+        if problems:
+            raise ManifestError(problems)
     except ManifestError as exc:
         print_manifest_errors(exc)
         return EXIT_USAGE
@@ -44,28 +48,40 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 1
 
 
-def _pick_cluster(args: argparse.Namespace) -> str | None:
-    """The cluster a command targets: --name, the name in -f FILE, or the only one."""
-    if args.name:
-        return str(args.name)
-    if args.filename:
+START_ONE = "start one with `tandem up -f FILE --detach`"
+
+
+def pick_cluster(name: str | None, filename: str | None = None) -> str | None:
+    """The local cluster a command targets: ``name``, the name in ``filename``, or the only
+    one running. None (the reason said on stderr) when that cannot be told."""
+    if name:
+        return name
+    if filename:
         try:
-            return load_inference_cluster(args.filename).metadata.name
+            return load_inference_cluster(filename).metadata.name
         except ManifestError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print_manifest_errors(exc)
             return None
     running = list_clusters()
     if len(running) == 1:
         return running[0]
     if not running:
-        print("no local cluster is running (start one with `tandem up -f FILE`)", file=sys.stderr)
+        print(f"error: no local cluster is running: {START_ONE}", file=sys.stderr)
     else:
-        print(f"several clusters run ({', '.join(running)}); pass --name", file=sys.stderr)
+        choices = " or ".join(f"--name {n}" for n in running)
+        print(f"error: {len(running)} local clusters are running: pass {choices}", file=sys.stderr)
     return None
 
 
+def not_running(name: str) -> str:
+    """``cluster 'x' is not running``, and what is (or how to start one)."""
+    running = list_clusters()
+    hint = f"running: {', '.join(running)}" if running else START_ONE
+    return f"cluster {name!r} is not running ({hint})"
+
+
 def cmd_down(args: argparse.Namespace) -> int:
-    names = list_clusters() if args.all else [_pick_cluster(args)]
+    names = list_clusters() if args.all else [pick_cluster(args.name, args.filename)]
     if None in names:
         return 1
     for name in names:
@@ -75,12 +91,12 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    name = _pick_cluster(args)
+    name = pick_cluster(args.name, args.filename)
     if name is None:
         return 1
     status = collect_status(cluster_dir(name))
     if status is None:
-        print(f"cluster {name!r} is not running", file=sys.stderr)
+        print(f"error: {not_running(name)}", file=sys.stderr)
         return 1
     print(json.dumps(status, indent=2) if args.json else render_status(status))
     return 0

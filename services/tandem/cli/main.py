@@ -6,12 +6,38 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from tandem.cli import ask, devcluster, local, manifests, operator, plan
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """``--help`` shows every option's default, unless its text already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if "(default" in text or not action.option_strings:
+            return text
+        if default is None or default is False or default == "" or default is argparse.SUPPRESS:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """Every ``tandem`` (sub)command's parser: sub-parsers are made of the same class."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        """A usage mistake is one line, like every other error, pointing at ``--help``."""
+        self.exit(2, f"error: {self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = Parser(
         prog="tandem",
         description="Disaggregated prefill/decode LLM serving on Kubernetes.",
     )

@@ -7,9 +7,12 @@ import sys
 from importlib.metadata import version as dist_version
 from pathlib import Path
 
+from tandem.api.base import ApiModel
 from tandem.api.crd import dump_crd, render_crds
+from tandem.api.v1alpha1 import InferenceCluster
 from tandem.api.validate import ManifestError, load_file
 from tandem.cli.manifest_files import add_files_option, print_manifest_errors
+from tandem.runtime.preflight import package_source_errors
 
 # Exit codes: 0 valid, 2 invalid input (argparse also uses 2 for bad usage).
 EXIT_INVALID = 2
@@ -20,9 +23,25 @@ CRD_DIRS = (Path("manifests/crds"), Path("charts/tandem/crds"))
 
 def cmd_validate(args: argparse.Namespace) -> int:
     failed = False
+    previous: list[ApiModel] = []
+    if args.previous:
+        try:
+            previous = load_file(args.previous)
+        except ManifestError as exc:
+            print_manifest_errors(exc)
+            print(f"error: --previous {args.previous} must itself be valid", file=sys.stderr)
+            return EXIT_INVALID
     for name in args.files:
         try:
-            objects = load_file(name)
+            objects = load_file(name, previous)
+            problems = [
+                error
+                for obj in objects
+                if isinstance(obj, InferenceCluster)
+                for error in package_source_errors(obj, name)
+            ]
+            if problems:
+                raise ManifestError(problems)
         except ManifestError as exc:
             failed = True
             print_manifest_errors(exc)
@@ -38,21 +57,27 @@ def cmd_crds(args: argparse.Namespace) -> int:
         sys.stdout.write("---\n".join(rendered.values()))
         return 0
     root = Path(args.root)
-    stale = []
+    missing, stale = [], []
     for directory in CRD_DIRS:
         for name, text in rendered.items():
             path = root / directory / name
-            if args.check:
-                if not path.exists() or path.read_text() != text:
-                    stale.append(str(path))
-            else:
+            if not args.check:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)
                 print(f"wrote {path}")
+            elif not path.is_file():
+                missing.append(str(directory / name))
+            elif path.read_text() != text:
+                stale.append(str(path))
+    if missing:
+        print(
+            f"error: missing under {root.resolve()}: {', '.join(missing)}; run it in the "
+            "repository root or pass --root DIR (`tandem crds --write` writes them)",
+            file=sys.stderr,
+        )
     if stale:
-        print(f"out of date (run `make crds`): {', '.join(stale)}", file=sys.stderr)
-        return 1
-    return 0
+        print(f"error: out of date (run `make crds`): {', '.join(stale)}", file=sys.stderr)
+    return 1 if missing or stale else 0
 
 
 def cmd_version(args: argparse.Namespace) -> int:
@@ -63,6 +88,12 @@ def cmd_version(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("validate", help="validate InferenceCluster/WorkerPool manifests")
     add_files_option(p, help="manifest files (repeat -f or list several)")
+    p.add_argument(
+        "--previous",
+        metavar="FILE",
+        help="the objects as they are now: also check the files as updates of them "
+        "(immutable fields), as the API server does on kubectl apply",
+    )
     p.set_defaults(handler=cmd_validate)
 
     p = sub.add_parser("crds", help="print (or write/check) the generated CRDs")

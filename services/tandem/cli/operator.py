@@ -15,12 +15,17 @@ import argparse
 import asyncio
 import contextlib
 import importlib
+import json
 import logging
 import os
 import signal
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+from tandem.errors import already_running
+from tandem.portcheck import PortError, PortInUseError
 
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DEFAULT_NAMESPACE = "tandem-system"
@@ -35,17 +40,33 @@ def _default_lease_namespace() -> str:
     return DEFAULT_NAMESPACE
 
 
-def cmd_operator_run(args: argparse.Namespace) -> int:
-    manager: Any = importlib.import_module("tandem_operator.manager")
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+def parse_peers(text: str) -> tuple[dict[str, Any], ...]:
+    """``--worker-metrics-from``: a JSON list of NetworkPolicyPeer objects."""
+    try:
+        peers = json.loads(text) if text else []
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(peers, list) or not all(isinstance(p, dict) and p for p in peers):
+        raise ValueError(
+            'expected a JSON list of NetworkPolicyPeer objects, e.g. [{"namespaceSelector": '
+            '{"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]'
+        )
+    return tuple(peers)
+
+
+def render_settings(args: argparse.Namespace) -> Any:
+    """The operator's RenderSettings from its flags (images, pull policy, hardware)."""
     pods: Any = importlib.import_module("tandem_operator.pods")
-    metrics_source: Any = importlib.import_module("tandem_operator.metrics_source")
-    logging.getLogger().setLevel(getattr(logging, args.log_level.upper()))
     profiles: Any = importlib.import_module("tandem_operator.profiles")
     fabric: Any = importlib.import_module("tandem_operator.fabric")
-    settings = pods.RenderSettings(
+    return pods.RenderSettings(
         image=args.image,
         trtllm_image=args.trtllm_image,
         image_pull_policy=args.image_pull_policy,
+        worker_metrics_from=parse_peers(args.worker_metrics_from),
         hardware=profiles.HardwareOptions(
             compute_domains=args.compute_domains,
             rdma=fabric.RdmaOptions(
@@ -55,10 +76,25 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
             ),
         ),
     )
+
+
+def cmd_operator_run(args: argparse.Namespace) -> int:
+    manager: Any = importlib.import_module("tandem_operator.manager")
+    k8s: Any = importlib.import_module("tandem_operator.k8s")
+    metrics_source: Any = importlib.import_module("tandem_operator.metrics_source")
+    logging.getLogger().setLevel(getattr(logging, args.log_level.upper()))
+    try:
+        settings = render_settings(args)
+    except ValueError as exc:
+        print(f"error: --worker-metrics-from: {exc}", file=sys.stderr)
+        return 2
     try:
         metrics_urls = metrics_source.parse_url_overrides(args.frontend_metrics_url or ())
     except ValueError as exc:
         print(f"error: --frontend-metrics-url: {exc}", file=sys.stderr)
+        return 2
+    if args.credential_propagation_seconds <= 0:
+        print("error: --credential-propagation-seconds must be positive", file=sys.stderr)
         return 2
     in_cluster = args.kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ
     kwargs: dict[str, Any] = {}
@@ -68,12 +104,13 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
         kubeconfig=args.kubeconfig,
         in_cluster=in_cluster,
         namespace=args.namespace,
-        metrics_host=args.metrics_host,
-        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host or manager.default_metrics_host(in_cluster),
+        metrics_port=args.metrics_port or manager.default_metrics_port(in_cluster),
         leader_election_namespace=args.leader_election_namespace or _default_lease_namespace(),
         workers=args.workers,
         settings=settings,
         frontend_metrics_urls=metrics_urls,
+        credential_propagation=timedelta(seconds=args.credential_propagation_seconds),
         **kwargs,
     )
 
@@ -86,8 +123,31 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
         with contextlib.suppress(asyncio.CancelledError):
             await manager.run(options)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except k8s.ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except PortError as exc:
+        print(f"error: {_port_taken(exc)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _port_taken(exc: PortError) -> str:
+    """What to do about a metrics port we cannot listen on."""
+    holder = exc.holder if isinstance(exc, PortInUseError) else None
+    if holder is not None and "operator run" in holder.command:
+        return (
+            already_running(
+                "an operator",
+                pid=holder.pid,
+                port=exc.port,
+                fix=f"`kill {holder.pid}`",
+            )
+            + " (another one beside it, as a standby, needs its own --metrics-port)"
+        )
+    return f"{exc}: stop it, or pass --metrics-port N"
 
 
 def register(subparsers: Any) -> None:
@@ -99,10 +159,23 @@ def register(subparsers: Any) -> None:
         help="reconcile InferenceClusters (leader-elected; in or out of the cluster)",
         description="Run the Tandem operator. Out of a cluster it uses --kubeconfig.",
     )
-    run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+    run.add_argument(
+        "--kubeconfig",
+        help="kubeconfig file (default: in a pod its ServiceAccount, else $KUBECONFIG, "
+        "else ~/.kube/config)",
+    )
     run.add_argument("--namespace", help="watch only this namespace (default: all)")
-    run.add_argument("--metrics-port", type=int, default=8080, help="port of /metrics, /healthz")
-    run.add_argument("--metrics-host", default="0.0.0.0", help="address to serve metrics on")
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        help="port of /metrics, /healthz, /readyz (default: 8081 out of a cluster, where "
+        "8080 is what kubectl and helm dial when no kubeconfig is set; in a pod 8080)",
+    )
+    run.add_argument(
+        "--metrics-host",
+        help="address to serve them on (default: 127.0.0.1 out of a cluster; in a pod "
+        "0.0.0.0, for the kubelet's probes)",
+    )
     run.add_argument(
         "--leader-election-namespace",
         help=f"namespace of the leader Lease (default: the pod's, else {DEFAULT_NAMESPACE})",
@@ -119,7 +192,12 @@ def register(subparsers: Any) -> None:
         default="ghcr.io/tandem-dev/tandem-trtllm:0.1.0",
         help="image of TensorRT-LLM workers (unless spec.engine.image is set)",
     )
-    run.add_argument("--image-pull-policy", default="IfNotPresent")
+    run.add_argument(
+        "--image-pull-policy",
+        default="IfNotPresent",
+        choices=PULL_POLICIES,
+        help="imagePullPolicy of the frontend and worker containers",
+    )
     run.add_argument(
         "--compute-domains",
         action=argparse.BooleanOptionalAction,
@@ -146,7 +224,27 @@ def register(subparsers: Any) -> None:
         metavar="NAMESPACE/NAME=URL",
         help="autoscaler: read this cluster's router metrics from URL instead of its "
         "frontend pods (or *=URL for every cluster); for running out of the cluster, "
-        "e.g. through a port-forward. Repeatable.",
+        "e.g. through a port-forward. Repeatable. (default: none; out of a cluster the "
+        "autoscaler then cannot read load, and says so in each cluster's status)",
     )
-    run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    run.add_argument(
+        "--worker-metrics-from",
+        default="",
+        metavar="JSON",
+        help="NetworkPolicy: peers (a JSON list of NetworkPolicyPeer) that may scrape the "
+        "workers' /metrics port; by default only the cluster's own pods reach workers",
+    )
+    run.add_argument(
+        "--credential-propagation-seconds",
+        type=float,
+        default=150.0,
+        help="how long each phase of a credentials rotation waits for every pod's mounted "
+        "Secret to update (kubelet sync period plus cache TTL, with room to spare)",
+    )
+    run.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log level",
+    )
     run.set_defaults(handler=cmd_operator_run)

@@ -1,4 +1,6 @@
 """``tandem plan -f FILE``: does each pool's worker fit its GPUs? Prints the numbers.
+With a workload (``--isl --osl --rate --ttft-p90 --itl-p90-ms``) it recommends the
+deployment instead (``plan_workload``).
 
 Exit codes: 0 every pool fits, 1 some pool does not fit, 2 invalid input (as
 ``tandem validate``).
@@ -14,6 +16,7 @@ from tandem.api.validate import ManifestError, load_file
 from tandem.capacity.gpus import gpu_for
 from tandem.capacity.models import GIB
 from tandem.capacity.plan import ClusterPlan, PoolPlan, plan_cluster
+from tandem.cli import plan_workload
 from tandem.cli.manifest_files import add_files_option, print_manifest_errors
 from tandem.engines.trtllm.config import TrtllmConfigError
 
@@ -33,6 +36,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if not clusters:
         print("error: no InferenceCluster in the given files", file=sys.stderr)
         return EXIT_INVALID
+    if plan_workload.wants_recommendation(args):
+        if len(clusters) != 1:
+            print("error: a workload plan takes exactly one InferenceCluster", file=sys.stderr)
+            return EXIT_INVALID
+        return plan_workload.cmd_recommend(args, *clusters[0])
     unfit = False
     for source, cluster in clusters:
         try:
@@ -72,6 +80,11 @@ def _pool_line(pool: PoolPlan) -> str:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("plan", help="check that each pool's workers fit their GPUs")
+    p = sub.add_parser(
+        "plan",
+        help="check that each pool's workers fit their GPUs, or recommend a deployment "
+        "for a workload",
+    )
     add_files_option(p, help="InferenceCluster manifests")
+    plan_workload.add_workload_options(p)
     p.set_defaults(handler=cmd_plan)

@@ -2,7 +2,8 @@
 
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok run as plain
 processes (built from Go modules by tests/cluster/build.sh); kwok simulates GPU nodes so
-pods the real scheduler binds become Running without containers.
+pods the real scheduler binds become Running without containers. The ``real`` profile adds
+a real node (kubelet + containerd on this machine, :mod:`tandem.devcluster.realnode`).
 
     cluster = start_cluster(StartOptions(state_dir=Path("/tmp/dc"), profile="default"))
     cluster.kubectl("get", "nodes")
@@ -21,6 +22,7 @@ from tandem.devcluster.cluster import (
 )
 from tandem.devcluster.layout import default_state_dir
 from tandem.devcluster.nodes import PROFILES, NodeProfile, get_profile, render_profile
+from tandem.devcluster.realnode import RealNode, RealNodeError
 
 __all__ = [
     "PROFILES",
@@ -29,6 +31,8 @@ __all__ = [
     "DevClusterError",
     "NodeProfile",
     "ProcessStatus",
+    "RealNode",
+    "RealNodeError",
     "StartOptions",
     "default_state_dir",
     "find_build_script",

@@ -8,7 +8,7 @@ import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,10 +18,18 @@ from tandem.devcluster.components import Component, Ports, render_components, re
 from tandem.devcluster.kubeconfig import render_token_file, write_kubeconfig, write_private
 from tandem.devcluster.layout import StateLayout
 from tandem.devcluster.nodes import NodeProfile, get_profile, render_profile
-from tandem.devcluster.pki import Pki, create_pki
+from tandem.devcluster.pki import KubeletPki, Pki, create_kubelet_pki, create_pki
 from tandem.devcluster.ports import allocate_ports
 from tandem.devcluster.probes import http_status, wait_until
+from tandem.devcluster.realnode import RealNode, RealNodeError
+from tandem.devcluster.realnode.join import (
+    join_real_node,
+    plan_real_node,
+    prepare_real_node,
+    render_node_token_line,
+)
 from tandem.devcluster.state import ClusterState, load_state, save_state
+from tandem.devcluster.storage import render_model_volume
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +61,12 @@ class StartOptions:
     # The admin bearer token; a random one when None.
     token: str | None = None
     # Stop every component when the starting process dies (test sessions); off for
-    # `tandem dev cluster up`, whose cluster outlives the command.
+    # `tandem dev cluster up`, whose cluster outlives the command. A real node is then
+    # torn down too (its supervisor sees this process's pipe close).
     tie_to_parent: bool = False
+    # Profiles with a real node: the OCI archive of registry.k8s.io/pause:3.10, the
+    # sandbox image (imported, never pulled); None builds it (tandem.devimages).
+    pause_image: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +86,8 @@ class DevCluster:
     kubectl_path: Path
     # See StartOptions.tie_to_parent.
     tie_to_parent: bool = False
+    # The real node (profiles such as ``real``), None when the cluster has none.
+    real_node: RealNode | None = None
     # Popen handles of the processes this Python process started, so their exit status is
     # collected; empty when attached to a cluster started by another process.
     _children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -141,19 +155,34 @@ class DevCluster:
 
     def log_tails(self, lines: int = 40) -> str:
         """The last ``lines`` lines of every component log, for failure reports."""
+        logs = [(r.name, Path(r.log)) for r in self.state.processes]
+        if self.real_node is not None:
+            logs += self.real_node.log_files()
         parts = []
-        for record in self.state.processes:
+        for name, log in logs:
             try:
-                text = Path(record.log).read_text(errors="replace")
+                text = log.read_text(errors="replace")
             except OSError as err:
                 text = f"(cannot read log: {err})"
             tail = "\n".join(text.splitlines()[-lines:])
-            parts.append(f"===== {record.name} ({record.log}) =====\n{tail}")
+            parts.append(f"===== {name} ({log}) =====\n{tail}")
         return "\n".join(parts)
 
+    def import_images(self, archives: Iterable[Path]) -> None:
+        """Load OCI archives into the real node's containerd (see RealNode.import_images)."""
+        if self.real_node is None:
+            raise DevClusterError(f"the {self.state.profile!r} profile has no real node")
+        self.real_node.import_images(archives)
+
     def stop(self) -> None:
-        """Stop every component, newest first (kwok before the apiserver before etcd)."""
+        """Stop the real node (everything it made goes with it), then every component,
+        newest first (kwok before the apiserver before etcd)."""
         errors = []
+        if self.real_node is not None:
+            try:
+                self.real_node.stop()
+            except RealNodeError as err:
+                errors.append(str(err))
         for record in reversed(self.state.processes):
             try:
                 processes.stop(record)
@@ -165,6 +194,34 @@ class DevCluster:
         if errors:
             raise DevClusterError("; ".join(errors))
 
+    def restart(self, name: str, *, timeout_s: float = 120.0) -> None:
+        """Stop component ``name`` (SIGTERM, then SIGKILL after the grace) and start it
+        again with the same command line, as a node reboot or an upgrade would; returns
+        once the API answers /readyz again. For fault tests (an API server restart
+        during a reconcile)."""
+        record = next(r for r in self.state.processes if r.name == name)
+        argv = tuple(
+            part.decode() for part in Path(f"/proc/{record.pid}/cmdline").read_bytes().split(b"\0")
+        )[:-1]  # the command line ends with a NUL
+        processes.stop(record)
+        child = self._children.pop(name, None)
+        if child is not None:
+            child.poll()
+        order = [r.name for r in self.state.processes]
+        others = tuple(r for r in self.state.processes if r.name != name)
+        self.state = self.state.model_copy(update={"processes": others})
+        self._launch(Component(name, argv, health_url=""))
+        # Back in its place: stop() goes newest first (kwok before the apiserver).
+        ordered = tuple(sorted(self.state.processes, key=lambda r: order.index(r.name)))
+        self.state = self.state.model_copy(update={"processes": ordered})
+        save_state(self.layout, self.state)
+        wait_until(
+            lambda: self.kubectl("get", "--raw", "/readyz", check=False).returncode == 0,
+            timeout_s=timeout_s,
+            what=f"the API after restarting {name}",
+            abort=lambda: self._exit_reason(name),
+        )
+
     def _launch(self, component: Component) -> None:
         log_path = self.layout.log_file(component.name)
         child = processes.spawn(
@@ -174,6 +231,15 @@ class DevCluster:
         record = processes.record_of(component.name, child, log_path)
         self.state = self.state.model_copy(update={"processes": (*self.state.processes, record)})
         save_state(self.layout, self.state)
+
+    def _record_real_node(self, node: RealNode) -> None:
+        self.real_node = node
+        self.state = self.state.model_copy(update={"real_node": node.record})
+        save_state(self.layout, self.state)
+
+    def _node_json(self, name: str) -> str | None:
+        result = self.kubectl("get", "node", name, "-o", "json", check=False)
+        return result.stdout if result.returncode == 0 else None
 
     def _exit_reason(self, name: str) -> str | None:
         for record in self.state.processes:
@@ -189,7 +255,8 @@ def open_cluster(state_dir: Path) -> DevCluster | None:
     if state is None:
         return None
     kubectl = find_kubectl() or Path("kubectl")
-    return DevCluster(layout=layout, state=state, kubectl_path=kubectl)
+    node = RealNode(state.real_node) if state.real_node is not None else None
+    return DevCluster(layout=layout, state=state, kubectl_path=kubectl, real_node=node)
 
 
 def stop_cluster(state_dir: Path) -> DevCluster | None:
@@ -220,12 +287,24 @@ def start_cluster(
             f"no LeaderWorkerSet CRD in {bins.bin_dir}: tests/cluster/build.sh could not "
             "fetch sigs.k8s.io/lws (see its output)"
         )
+    pause_archive = None
+    if profile.real_node:
+        # Before anything starts: one line now instead of after the control plane.
+        try:
+            pause_archive = prepare_real_node(bins, options.pause_image)
+        except RealNodeError as err:
+            raise DevClusterError(str(err)) from err
 
     _reset(layout)
     report(f"generating certificates and keys in {layout.pki_dir}")
     pki = create_pki(layout.pki_dir)
+    kubelet_pki = create_kubelet_pki(layout.pki_dir) if profile.real_node else None
     token = options.token or secrets.token_urlsafe(32)
-    write_private(layout.token_file, render_token_file(token))
+    node_token = secrets.token_urlsafe(32)
+    tokens = render_token_file(token)
+    write_private(
+        layout.token_file, tokens + render_node_token_line(node_token) * profile.real_node
+    )
     ports = Ports(*allocate_ports(6))
     write_kubeconfig(
         layout.kubeconfig, server=ports.api_url, ca_pem=pki.ca_cert.read_bytes(), token=token
@@ -247,11 +326,32 @@ def start_cluster(
         tie_to_parent=options.tie_to_parent,
     )
     try:
-        _bring_up(cluster, bins, pki, ports, token, profile, deadline, report)
+        _bring_up(cluster, bins, pki, kubelet_pki, ports, token, profile, deadline, report)
+        if pause_archive is not None and kubelet_pki is not None:
+            plan = plan_real_node(
+                root=layout.real_node_dir,
+                kubelet=bins.path("kubelet"),
+                api_url=ports.api_url,
+                pki=pki,
+                kubelet_pki=kubelet_pki,
+                node_token=node_token,
+                pause_archive=pause_archive,
+            )
+            report(f"starting the real node (kubelet + containerd; files in {plan.root})")
+            join_real_node(
+                plan,
+                tie_to_parent=options.tie_to_parent,
+                deadline=deadline,
+                on_spawn=cluster._record_real_node,
+                get_node_json=cluster._node_json,
+            )
     except BaseException as err:
         # Includes KeyboardInterrupt: never leave half a control plane running.
         tails = cluster.log_tails()
-        cluster.stop()
+        try:
+            cluster.stop()
+        except DevClusterError as stop_error:  # said after the start error, not instead
+            tails = f"{tails}\nwhile stopping: {stop_error}"
         if not isinstance(err, Exception):
             raise
         raise DevClusterError(f"dev cluster failed to start: {err}\n{tails}") from err
@@ -268,6 +368,7 @@ def _bring_up(
     cluster: DevCluster,
     bins: ClusterBinaries,
     pki: Pki,
+    kubelet_pki: KubeletPki | None,
     ports: Ports,
     token: str,
     profile: NodeProfile,
@@ -288,7 +389,7 @@ def _bring_up(
             abort=lambda: cluster._exit_reason(component.name),
         )
 
-    etcd, apiserver, *controllers = render_components(bins, cluster.layout, pki, ports)
+    etcd, apiserver, *controllers = render_components(bins, cluster.layout, pki, ports, kubelet_pki)
     for component in (etcd, apiserver):
         report(f"starting {component.name}")
         cluster._launch(component)
@@ -329,6 +430,9 @@ def _bring_up(
         abort=lambda: cluster._exit_reason("kwok"),
     )
 
+    report("creating the simulated volume for the PVC inference/models")
+    cluster.kubectl("create", "-f", "-", input=json.dumps(render_model_volume()))
+
     if cluster.state.with_lws and bins.lws_crd is not None:
         report("installing the LeaderWorkerSet CRD")
         cluster.kubectl(
@@ -342,7 +446,8 @@ def _refuse_if_running(layout: StateLayout) -> None:
         state = load_state(layout)
     except ValueError:
         return  # an unreadable state file cannot describe anything we could stop
-    if state is not None and any(processes.is_running(p) for p in state.processes):
+    supervisor = () if state is None or state.real_node is None else (state.real_node.supervisor,)
+    if state is not None and any(processes.is_running(p) for p in (*state.processes, *supervisor)):
         raise DevClusterError(
             f"a dev cluster is already running from {layout.root}; "
             "stop it first (`tandem dev cluster down`)"

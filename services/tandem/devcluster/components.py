@@ -1,8 +1,13 @@
 """Command lines of the five control-plane components (pure: paths and ports in, argv out).
 
-Everything listens on 127.0.0.1 only. Pod and Service addresses are fake: kwok hands out
-pod IPs from an RFC 2544 benchmarking range and reports the TEST-NET-1 documentation
-address as every node's IP, so nothing can route to them by accident. Never dial them.
+Everything listens on 127.0.0.1 only. Simulated nodes and pods get loopback addresses, so
+nothing that dials one can leave the machine: kwok hands out pod IPs from 127.32.0.0/16 and
+gives every node it manages the InternalIP 127.0.0.1 and, as kubelet port, its own server
+port. `kubectl logs/exec/port-forward` to a simulated pod thus makes the API server dial
+kwok on 127.0.0.1, which answers itself (no logs, no exec: no container exists). The API
+refuses loopback addresses in EndpointSlices, so no Service ever lists a simulated pod as
+an endpoint. A real node (profile ``real``) is reached by its Hostname address,
+``localhost``. Never dial a simulated pod.
 """
 
 from __future__ import annotations
@@ -11,12 +16,15 @@ from dataclasses import dataclass
 
 from tandem.devcluster.binaries import ClusterBinaries
 from tandem.devcluster.layout import StateLayout
-from tandem.devcluster.pki import Pki
+from tandem.devcluster.pki import KubeletPki, Pki
 
 HOST = "127.0.0.1"
 SERVICE_CIDR = "10.96.0.0/16"
-POD_CIDR = "198.18.0.0/16"
-NODE_IP = "192.0.2.1"
+POD_CIDR = "127.32.0.0/16"
+NODE_IP = HOST
+# Hostname first: the real kubelet (named localhost) listens on 127.0.0.1 only, and its
+# InternalIP is its pod bridge; simulated nodes have only the InternalIP 127.0.0.1.
+KUBELET_ADDRESS_TYPES = "Hostname,InternalIP"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 # The node lifecycle controller marks a node NotReady when its Lease is older than its
 # grace period; kwok renews leases only when this is set (kwokctl uses 40s as well).
@@ -56,15 +64,59 @@ class Component:
     health_url: str
 
 
+# Label a simulated node with this to make it report Ready=False, as when its kubelet
+# stops (fault tests); remove the label and kwok's node-initialize stage makes it Ready.
+NOT_READY_LABEL = "tandem.dev/simulate"
+NOT_READY_VALUE = "not-ready"
+# Tandem's own Stage (kwok's Stage API, kwok.x-k8s.io/v1alpha1). It matches whatever the
+# node's Ready says, so node-initialize (which matches Ready != True) cannot win it back:
+# stages matching the same node are chosen by weight, and node-initialize has none.
+NOT_READY_STAGE = f"""---
+# Tandem: a node labelled {NOT_READY_LABEL}={NOT_READY_VALUE} stops being Ready.
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: tandem-node-not-ready
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Node
+  selector:
+    matchExpressions:
+    - key: '.metadata.labels["{NOT_READY_LABEL}"]'
+      operator: 'In'
+      values: ['{NOT_READY_VALUE}']
+  weight: 1000
+  delay:
+    durationMilliseconds: 1000
+  next:
+    statusTemplate: |
+      conditions:
+      - type: Ready
+        status: "False"
+        reason: KubeletNotReady
+        message: "simulated: label {NOT_READY_LABEL}={NOT_READY_VALUE}"
+        lastHeartbeatTime: {{{{ Now | Quote }}}}
+        lastTransitionTime: {{{{ Now | Quote }}}}
+"""
+
+
 def render_kwok_config(stages_yaml: str) -> str:
-    """kwok's --config: the Stage documents (kwok refuses to start without them)."""
-    return KWOK_CONFIG_HEADER + stages_yaml
+    """kwok's --config: the Stage documents (kwok refuses to start without them), with
+    Tandem's own node-not-ready stage last."""
+    return KWOK_CONFIG_HEADER + stages_yaml.rstrip("\n") + "\n" + NOT_READY_STAGE
 
 
 def render_components(
-    bins: ClusterBinaries, layout: StateLayout, pki: Pki, ports: Ports
+    bins: ClusterBinaries,
+    layout: StateLayout,
+    pki: Pki,
+    ports: Ports,
+    kubelet_pki: KubeletPki | None = None,
 ) -> tuple[Component, ...]:
-    """The components in start order; stop them in reverse."""
+    """The components in start order; stop them in reverse. ``kubelet_pki`` when the
+    cluster has a real node: the apiserver then authenticates to its kubelet and checks
+    the kubelet's certificate."""
     kubeconfig = str(layout.kubeconfig)
     # The controller manager and scheduler serve /healthz over TLS with a self-signed
     # certificate. They get no --authentication/authorization-kubeconfig: /healthz is
@@ -114,9 +166,12 @@ def render_components(
             f"--service-account-key-file={pki.service_account_key}",
             f"--service-account-signing-key-file={pki.service_account_key}",
             f"--token-auth-file={layout.token_file}",
-            "--authorization-mode=RBAC",
+            # Node: a kubelet may touch only its own node and the pods bound to it.
+            "--authorization-mode=Node,RBAC",
             "--allow-privileged=true",
             "--profiling=false",
+            f"--kubelet-preferred-address-types={KUBELET_ADDRESS_TYPES}",
+            *_kubelet_client_flags(pki, kubelet_pki),
         ),
         health_url=f"{ports.api_url}/readyz",
     )
@@ -155,9 +210,31 @@ def render_components(
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_SELECTOR}",
             f"--cidr={POD_CIDR}",
             f"--node-ip={NODE_IP}",
+            # The kubelet port its nodes report: kwok's own server (see the docstring).
+            f"--node-port={ports.kwok}",
             f"--node-lease-duration-seconds={NODE_LEASE_DURATION_S}",
             f"--server-address={HOST}:{ports.kwok}",
+            *_kwok_tls_flags(kubelet_pki),
         ),
         health_url=f"http://{HOST}:{ports.kwok}/healthz",
     )
     return (etcd, apiserver, controller_manager, scheduler, kwok)
+
+
+def _kwok_tls_flags(kubelet_pki: KubeletPki | None) -> tuple[str, ...]:
+    if kubelet_pki is None:
+        return ()  # kwok makes itself a certificate, which the apiserver then does not check
+    return (
+        f"--tls-cert-file={kubelet_pki.kwok_cert}",
+        f"--tls-private-key-file={kubelet_pki.kwok_key}",
+    )
+
+
+def _kubelet_client_flags(pki: Pki, kubelet_pki: KubeletPki | None) -> tuple[str, ...]:
+    if kubelet_pki is None:
+        return ()
+    return (
+        f"--kubelet-client-certificate={kubelet_pki.client_cert}",
+        f"--kubelet-client-key={kubelet_pki.client_key}",
+        f"--kubelet-certificate-authority={pki.ca_cert}",
+    )

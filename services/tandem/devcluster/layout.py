@@ -48,6 +48,12 @@ class StateLayout:
     def logs_dir(self) -> Path:
         return self.root / "logs"
 
+    @property
+    def real_node_dir(self) -> Path:
+        """The real node's files. Not an owned entry: only its supervisor may remove
+        them, after unmounting what a crashed run may have left mounted there."""
+        return self.root / "realnode"
+
     def log_file(self, component: str) -> Path:
         return self.logs_dir / f"{component}.log"
 

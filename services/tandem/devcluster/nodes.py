@@ -41,6 +41,8 @@ LABEL_ARCH = "kubernetes.io/arch"
 LABEL_OS = "kubernetes.io/os"
 LABEL_HOSTNAME = "kubernetes.io/hostname"
 LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+# On every simulated node (never on the real one).
+KWOK_NODE_LABEL = ("type", "kwok")
 
 # Fixed namespace so the clique ids are stable across runs (the functions stay pure).
 _CLIQUE_NAMESPACE = uuid.UUID("6f1d2c1e-8a4b-4e8e-9a57-3d1c0b7a2e10")
@@ -159,6 +161,11 @@ class NodeProfile:
     b200: int = 0
     h100: int = 0
     cpu: int = 0
+    # A real kubelet + containerd on this machine joins as node "localhost" (root only;
+    # tandem.devcluster.realnode). Such profiles have no simulated CPU nodes: pods without
+    # a GPU toleration can only land on the real node, so no real pod is ever given a
+    # simulated pod as a peer.
+    real_node: bool = False
 
 
 PROFILES: Mapping[str, NodeProfile] = {
@@ -174,6 +181,16 @@ PROFILES: Mapping[str, NodeProfile] = {
             cpu=3,
         ),
         NodeProfile(name="cpu", description="3 CPU nodes, no GPUs", cpu=3),
+        NodeProfile(
+            name="real",
+            description="a real node (kubelet + containerd on this machine, needs root), "
+            "1 GB200 NVL72 domain x 2 trays, 1 B200, 1 H100; no simulated CPU nodes",
+            nvl72_domains=1,
+            trays_per_domain=2,
+            b200=1,
+            h100=1,
+            real_node=True,
+        ),
         NodeProfile(
             name="nvl72",
             description="2 full GB200 NVL72 domains (18 trays each) and 2 CPU nodes",
@@ -209,7 +226,7 @@ def render_node(
         LABEL_OS: "linux",
         LABEL_HOSTNAME: name,
         LABEL_INSTANCE_TYPE: shape.instance_type,
-        "type": "kwok",
+        KWOK_NODE_LABEL[0]: KWOK_NODE_LABEL[1],
     }
     capacity = {
         "cpu": str(shape.cpu),

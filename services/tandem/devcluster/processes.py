@@ -6,8 +6,10 @@ left behind. A record keeps the kernel start time of the process next to its pid
 later ``down`` never signals an unrelated process that reused the pid. Linux only (/proc).
 
 A child can also be tied to the process that started it (``die_with_parent``): the kernel
-sends it SIGTERM when that process dies, however it dies, so a crashed test run or
-supervisor leaves nothing behind.
+sends it a signal when that process dies, however it dies, so a crashed test run or
+supervisor leaves nothing behind. Control-plane components tied to a test session get
+SIGKILL: their data is throwaway, and a kube-apiserver sent SIGTERM while etcd dies with it
+can sit in its graceful shutdown for minutes.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 _POLL_INTERVAL_S = 0.05
@@ -36,19 +39,25 @@ class ProcessRecord:
     log: str
 
 
-def die_with_parent() -> None:
-    """In a child, before exec: get SIGTERM when the parent dies (``preexec_fn``).
+def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> None:
+    """In a child, before exec: get ``sig`` when the parent dies (``preexec_fn``).
 
     Only calls prctl(2), which is safe between fork and exec."""
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
 
 
 def spawn(
-    name: str, argv: Sequence[str], log_path: Path, *, tie_to_parent: bool = False
+    name: str,
+    argv: Sequence[str],
+    log_path: Path,
+    *,
+    tie_to_parent: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` in a new session, stdout and stderr appended to ``log_path``;
-    with ``tie_to_parent`` it is stopped when this process dies."""
+    with ``tie_to_parent`` it is stopped when this process dies. ``env`` is added to
+    this process's environment."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         # The child keeps its own copy of the descriptor; ours can close right away.
@@ -59,7 +68,8 @@ def spawn(
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
-            preexec_fn=die_with_parent if tie_to_parent else None,
+            preexec_fn=partial(die_with_parent, signal.SIGKILL) if tie_to_parent else None,
+            env=None if env is None else {**os.environ, **env},
         )
 
 

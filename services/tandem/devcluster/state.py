@@ -6,6 +6,7 @@ from pydantic import BaseModel, ConfigDict
 
 from tandem.devcluster.layout import StateLayout
 from tandem.devcluster.processes import ProcessRecord
+from tandem.devcluster.realnode.plan import RealNodeRecord
 
 
 class ClusterState(BaseModel):
@@ -21,6 +22,8 @@ class ClusterState(BaseModel):
     started_at: float
     ready_after_s: float | None = None
     processes: tuple[ProcessRecord, ...] = ()
+    # Profiles with a real node: its supervisor and plan (stopped before the processes).
+    real_node: RealNodeRecord | None = None
 
 
 def load_state(layout: StateLayout) -> ClusterState | None:

@@ -1,7 +1,8 @@
 """The engine seam: what a prefill or decode worker needs from a model runtime.
 
-Two implementations sit behind it: ``reference`` (numpy, CPU, this repo) and ``trtllm``
-(TensorRT-LLM's LLM API on GPUs). Workers only ever talk to this interface.
+Three implementations sit behind it: ``reference`` (numpy, CPU, this repo),
+``simulated`` (real token ids, a GPU-calibrated clock) and ``trtllm`` (TensorRT-LLM's LLM
+API on GPUs). Workers only ever talk to this interface.
 
 Lifecycle of one disaggregated request::
 
@@ -18,8 +19,11 @@ Local (non-disaggregated) requests call ``prefill`` and then ``decode`` on the s
 engine; the KV never leaves the process.
 
 Engines are synchronous and single-threaded by contract: the worker owns the thread the
-engine runs on and serialises calls; ``step`` advances every active sequence by one
-token so that the worker can batch decodes (continuous batching).
+engine runs on and serialises calls. ``step`` is one forward pass over every running
+sequence: it advances each decoding sequence by one token and each prefill queued with
+``start_prefill`` by its next chunk (continuous batching with chunked prefill), so a long
+prompt never stalls the decode streams for its whole prefill. ``prefill`` is the same
+work done at once, for callers with nothing else to run.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class FinishReason(enum.StrEnum):
@@ -90,6 +94,9 @@ class StepOutput:
     request_id: str
     token: int
     finish_reason: FinishReason | None
+    # Set on the step that finished a prefill queued with ``start_prefill`` (``token`` is
+    # then its first token).
+    prefill: PrefillResult | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +108,11 @@ class EngineStats:
     # Requests accepted by the engine but not yet scheduled (engines with their own
     # scheduler, e.g. TensorRT-LLM); 0 where the worker owns the queue.
     queued_requests: int = 0
+    # Since start: prompt tokens served from the prefix cache, and prompt tokens computed
+    # (received KV counts as neither). 0 for engines that do not report them.
+    prompt_tokens_cached: int = 0
+    prompt_tokens_computed: int = 0
+    kv_blocks_cached: int = 0  # full blocks the prefix cache names now
 
     @property
     def kv_utilization(self) -> float:
@@ -140,8 +152,17 @@ class Engine(Protocol):
     def prefill(
         self, request_id: str, prompt: Sequence[int], sampling: SamplingParams
     ) -> PrefillResult:
-        """Run the prompt, keep its KV, return the first sampled token.
+        """Run the prompt now, keep its KV, return the first sampled token.
         Raises KvCapacityError when the KV pool cannot hold the prompt."""
+        ...
+
+    def start_prefill(
+        self, request_id: str, prompt: Sequence[int], sampling: SamplingParams
+    ) -> None:
+        """Queue a prefill; ``step`` runs it in chunks and, on the step that finishes it,
+        returns a ``StepOutput`` whose ``prefill`` is the ``PrefillResult``. Raises
+        KvCapacityError when the KV pool cannot hold the prompt (nothing is queued);
+        ``release`` drops a queued prefill."""
         ...
 
     def reserve(self, request_id: str, prompt: Sequence[int], first_token: int) -> KvLayout:
@@ -155,7 +176,8 @@ class Engine(Protocol):
         ...
 
     def step(self, sampling: dict[str, SamplingParams]) -> list[StepOutput]:
-        """Advance every active sequence named in ``sampling`` by one token."""
+        """Advance every active sequence named in ``sampling`` by one token, and every
+        queued prefill by its next chunk (outputs for finished prefills follow)."""
         ...
 
     def release(self, request_id: str) -> None:
@@ -163,6 +185,16 @@ class Engine(Protocol):
         ...
 
     def stats(self) -> EngineStats: ...
+
+
+@runtime_checkable
+class ModelledKvTransfer(Protocol):
+    """An engine whose KV stands in for a larger one (the simulated engine moves a small
+    payload for real): how long the real KV of a ``num_tokens`` prompt would take to
+    reach this worker, in wall seconds. The decode side waits out the part of it the
+    real transfer did not take before committing."""
+
+    def kv_transfer_delay_s(self, num_tokens: int) -> float: ...
 
 
 class AsyncEngine(Protocol):

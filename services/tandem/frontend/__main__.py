@@ -1,4 +1,10 @@
-"""``python -m tandem.frontend --config FILE [--host H] [--port P]``."""
+"""``python -m tandem.frontend --config FILE [--host H] [--port P] [--credentials DIR]
+[--admin-socket PATH]``.
+
+``--credentials``: the cluster's CA bundle and member certificate; every call to a
+worker is then mutual TLS (without it, plaintext: workers accept that on loopback only).
+``--admin-socket``: a Unix socket serving ``/drain`` for the preStop hook.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +12,32 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from tandem.frontend.app import create_frontend_admin_app
 from tandem.frontend.config import load_frontend_config
-from tandem.frontend.server import build_frontend, serve
+from tandem.frontend.server import build_frontend, frontend_tokenizer, serve
+from tandem.router.kv_index import KvIndex
+from tandem.router.ports import WorkerClient as RouterWorkerClient
+from tandem.security import CredentialStore
 from tandem.worker.client import WorkerClient
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    wrap_client: Callable[[RouterWorkerClient], RouterWorkerClient] | None = None,
+    index: KvIndex | None = None,
+) -> int:
+    """Serve the frontend; ``wrap_client`` and ``index`` let a benchmark's baseline
+    (``tandem.bench.router_memory``) run the same program around its own index."""
     parser = argparse.ArgumentParser(prog="python -m tandem.frontend")
     parser.add_argument("--config", required=True, type=Path, help="frontend document")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    parser.add_argument("--credentials", type=Path, help="the cluster's credentials directory")
+    parser.add_argument("--admin-socket", type=Path, help="Unix socket serving /drain")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -27,12 +46,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         config = load_frontend_config(args.config)
-    except (OSError, ValueError) as exc:
+        tokenizer = frontend_tokenizer(config)
+        credentials = CredentialStore(args.credentials) if args.credentials else None
+    except (OSError, ValueError) as exc:  # incl. a missing model file or tokenizer package
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    app, _ = build_frontend(config, WorkerClient)
+
+    def connect(address: str) -> RouterWorkerClient:
+        client = WorkerClient(address, credentials=credentials)
+        return client if wrap_client is None else wrap_client(client)
+
+    app, router = build_frontend(config, connect, tokenizer=tokenizer, index=index)
+    admin = (create_frontend_admin_app(router), args.admin_socket) if args.admin_socket else None
     try:
-        asyncio.run(serve(app, args.host, args.port))
+        asyncio.run(serve(app, args.host, args.port, admin=admin))
     except KeyboardInterrupt:
         return 130
     return 0

@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tandem.admin import create_admin_app
 from tandem.errors import TandemError
 from tandem.frontend.errors import (
     InternalError,
@@ -148,16 +149,6 @@ def create_app(
         body = {"ready": ready, "workers": [asdict(w) for w in health.workers()]}
         return JSONResponse(body, status_code=200 if ready else 503)
 
-    async def drain(request: Request) -> Response:
-        """Stop admitting (readiness fails), then answer once in-flight requests are done
-        or ``grace_seconds`` (query, default 600) passed: Kubernetes' preStop hook."""
-        raw = request.query_params.get("grace_seconds", str(DEFAULT_DRAIN_GRACE_SECONDS))
-        try:
-            grace = min(float(raw), MAX_DRAIN_GRACE_SECONDS)
-        except ValueError:
-            grace = DEFAULT_DRAIN_GRACE_SECONDS
-        return JSONResponse({"in_flight": await health.drain(grace)})
-
     async def prometheus(request: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
@@ -184,12 +175,27 @@ def create_app(
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
-        Route("/drain", drain, methods=["GET", "POST"]),
     ]
-    return Starlette(
+    app = Starlette(
         routes=routes,
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error, Exception: http_error},
+    )
+    # A trailing slash gets the OpenAI-shaped 404 naming the route, not a bare 307 redirect
+    # without x-request-id (found by tandem.faults.fuzz).
+    app.router.redirect_slashes = False
+    return app
+
+
+def create_frontend_admin_app(health: ClusterHealth) -> Starlette:
+    """The admin socket's app: ``/drain`` stops admitting (readiness fails), then answers
+    once in-flight requests are done or ``grace_seconds`` (default 600) passed: the
+    preStop hook. Never on the public port, where any client could take the frontend
+    out of service."""
+    return create_admin_app(
+        health.drain,
+        default_grace_s=DEFAULT_DRAIN_GRACE_SECONDS,
+        max_grace_s=MAX_DRAIN_GRACE_SECONDS,
     )
 
 

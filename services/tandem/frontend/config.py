@@ -14,12 +14,13 @@ import json
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from tandem.api.v1alpha1 import EngineKind, InferenceCluster, ModelSpec, RoutingPolicy
 from tandem.router.messages import RouterConfig
-from tandem.router.policy import PolicyConfig
+from tandem.router.policy import PolicyConfig, WorkerRole
+from tandem.router.targets import validate_target
 
 CONTRACT_VERSION = 1
 
@@ -43,8 +44,6 @@ class FrontendSettings(_Doc):
 class RouterTuning(_Doc):
     """Knobs beyond the spec; ``None`` means "derive from the engine kind"."""
 
-    block_tokens: int = Field(default=128, ge=1)
-    decode_prefix_cache: bool | None = None
     prefill_saturation_tokens: int | None = Field(default=None, ge=1)
     max_active_requests: int | None = Field(default=None, ge=1)
     retry_after_seconds: int = Field(default=1, ge=0)
@@ -62,7 +61,8 @@ class FrontendConfig(_Doc):
     model: ModelSpec
     served_model_name: str | None = None
     frontend: FrontendSettings = Field(default_factory=FrontendSettings)
-    # Pool role -> target: "dns:///host:port", "file:///path", "host:port" or a list.
+    # Pool role -> target(s): "kubernetes:///svc.ns:port", "file:///path", "host:port"
+    # (see tandem.router.targets).
     workers: dict[str, str | list[str]] = Field(default_factory=dict)
     kv_transfer_timeout_seconds: float = Field(default=30.0, gt=0)
     engine_kind: EngineKind = EngineKind.REFERENCE
@@ -70,6 +70,19 @@ class FrontendConfig(_Doc):
     max_body_bytes: int | None = Field(default=None, ge=1024)
     # The engine's context window, when smaller than maxInputTokens + maxOutputTokens.
     max_context_tokens: int | None = Field(default=None, ge=2)
+
+    @field_validator("workers")
+    @classmethod
+    def _check_workers(cls, workers: dict[str, str | list[str]]) -> dict[str, str | list[str]]:
+        roles = {r.value for r in WorkerRole}
+        for role, targets in workers.items():
+            if role not in roles:
+                raise ValueError(
+                    f"workers: unknown pool {role!r} (expected one of {sorted(roles)})"
+                )
+            for target in [targets] if isinstance(targets, str) else targets:
+                validate_target(target)
+        return workers
 
     @property
     def served_model(self) -> str:
@@ -100,11 +113,6 @@ def compute_router_config(config: FrontendConfig) -> RouterConfig:
     policy = PolicyConfig(
         routing=config.frontend.routing_policy,
         min_prefill_tokens=config.frontend.disaggregation.min_prefill_tokens,
-        block_tokens=tuning.block_tokens,
-        # TensorRT-LLM reuses cached prefixes; the reference engine does not.
-        decode_prefix_cache=trtllm
-        if tuning.decode_prefix_cache is None
-        else (tuning.decode_prefix_cache),
         # A prefill worker with several maximal prompts queued is saturated.
         prefill_saturation_tokens=tuning.prefill_saturation_tokens or 4 * max_input,
     )

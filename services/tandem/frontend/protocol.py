@@ -145,6 +145,9 @@ class Usage(ResponseModel):
 class ChatMessageOut(ResponseModel):
     role: Literal["assistant"] = "assistant"
     content: str
+    # A reasoning model's thinking (gpt-oss's analysis channel), as vLLM and SGLang
+    # return it; absent for other models.
+    reasoning_content: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ChatChoice(ResponseModel):
@@ -169,6 +172,7 @@ class DeltaMessage(ResponseModel):
 
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning_content: str | None = None
 
     @model_serializer
     def _present_fields(self) -> dict[str, str]:
@@ -177,6 +181,8 @@ class DeltaMessage(ResponseModel):
             out["role"] = self.role
         if self.content is not None:
             out["content"] = self.content
+        if self.reasoning_content is not None:
+            out["reasoning_content"] = self.reasoning_content
         return out
 
 

@@ -8,16 +8,23 @@ end the stream with an OpenAI error event.
 
 Closing a returned stream early (client gone) closes the router's generator, which
 cancels the worker call and releases the request's KV on both sides.
+
+Tokenizing never runs on the event loop: a 32k-token prompt takes ~40-60 ms of CPU, which
+would stall every other request's stream. Encoding (and detokenizing a large chunk) runs
+on ``executor``; ``tokenizers`` and openai-harmony release the GIL while they work.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ParamSpec, Protocol, TypeVar
 
 from tandem.errors import TandemError
 from tandem.frontend.errors import (
@@ -55,10 +62,17 @@ from tandem.frontend.protocol import (
 from tandem.frontend.stopping import StopStringMatcher
 from tandem.router.messages import GenerationChunk, GenerationRequest, RouteInfo
 from tandem.tokenization import ChatMessage, TokenizationError, Tokenizer
+from tandem.tokenization.chat_output import PlainChatOutput
+from tandem.tokenization.protocol import ChatDelta, ChatOutputParser
 
 logger = logging.getLogger(__name__)
 
 SSE_DONE = "data: [DONE]\n\n"
+# Chunks with fewer ids are detokenized inline: a thread hop costs more than the work.
+OFFLOAD_DETOKENIZE_TOKENS = 64
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class TokenGenerator(Protocol):
@@ -89,9 +103,12 @@ class OpenAIServing:
         *,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        executor: Executor | None = None,
     ) -> None:
+        """``executor`` runs tokenizer work (None: the event loop's default pool)."""
         self.config = config
         self._tokenizer = tokenizer
+        self._executor = executor
         self._generator = generator
         self._stops = tokenizer.stop_token_ids
         self._metrics = metrics
@@ -116,7 +133,9 @@ class OpenAIServing:
         reject_unsupported_chat(request)
         messages = [ChatMessage(role=m.role, content=m.text()) for m in request.messages]
         try:
-            prompt = self._tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+            prompt = await self._off_loop(
+                self._tokenizer.apply_chat_template, messages, add_generation_prompt=True
+            )
         except TokenizationError as exc:
             raise InvalidRequestError(str(exc), param="messages") from None
         max_tokens = request.max_completion_tokens or request.max_tokens
@@ -127,14 +146,18 @@ class OpenAIServing:
         stream, first = await self._start(prepared)
         if request.stream:
             return self._chat_sse(prepared, stream, first)
-        text, progress = await self._collect(prepared, stream, first)
+        reply, progress = await self._collect(
+            prepared, stream, first, self._tokenizer.chat_output()
+        )
         return ChatCompletionResponse(
             id=f"chatcmpl-{ctx.request_id}",
             created=int(self._wall_clock()),
             model=prepared.model,
             choices=[
                 ChatChoice(
-                    message=ChatMessageOut(content=text),
+                    message=ChatMessageOut(
+                        content=reply.content, reasoning_content=reply.reasoning or None
+                    ),
                     finish_reason=progress.finish_reason,
                     token_ids=progress.token_ids,
                 )
@@ -148,7 +171,7 @@ class OpenAIServing:
         check_model(request.model, self.config)
         reject_unsupported_common(request)
         reject_unsupported_completion(request)
-        prompt = completion_prompt(request.prompt, self._tokenizer)
+        prompt = await self._off_loop(completion_prompt, request.prompt, self._tokenizer)
         prepared = prepare_request(
             request,
             ctx,
@@ -162,20 +185,38 @@ class OpenAIServing:
         stream, first = await self._start(prepared)
         if request.stream:
             return self._completion_sse(prepared, stream, first)
-        text, progress = await self._collect(prepared, stream, first)
+        reply, progress = await self._collect(prepared, stream, first, self._plain_output())
         return CompletionResponse(
             id=f"cmpl-{ctx.request_id}",
             created=int(self._wall_clock()),
             model=prepared.model,
             choices=[
                 CompletionChoice(
-                    text=text, finish_reason=progress.finish_reason, token_ids=progress.token_ids
+                    text=reply.content,
+                    finish_reason=progress.finish_reason,
+                    token_ids=progress.token_ids,
                 )
             ],
             usage=_usage(progress),
         )
 
-    # ------------------------------------------------------------------ preparation
+    # ------------------------------------------------------------------ tokenizer work
+
+    async def _off_loop(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+
+    def _plain_output(self) -> PlainChatOutput:
+        return PlainChatOutput(self._tokenizer.detokenizer())
+
+    async def _parse(
+        self, output: ChatOutputParser, token_ids: tuple[int, ...], final: bool
+    ) -> ChatDelta:
+        if len(token_ids) < OFFLOAD_DETOKENIZE_TOKENS:
+            delta = output.push_many(token_ids)
+        else:
+            delta = await self._off_loop(output.push_many, token_ids)
+        return delta + output.finish() if final else delta
 
     # ------------------------------------------------------------------ generation
 
@@ -205,9 +246,10 @@ class OpenAIServing:
         stream: AsyncIterator[GenerationChunk],
         first: GenerationChunk,
         progress: _Progress,
-    ) -> AsyncGenerator[str, None]:
-        """Text pieces in order; sets ``progress`` as it goes. Closes ``stream``."""
-        detokenizer = self._tokenizer.detokenizer()
+        output: ChatOutputParser,
+    ) -> AsyncGenerator[ChatDelta, None]:
+        """Text in order (answer and reasoning); sets ``progress`` as it goes. Closes
+        ``stream``. Stop strings apply to the answer."""
         matcher = StopStringMatcher(prepared.stops)
         progress.route = first.route
         chunk = first
@@ -219,19 +261,17 @@ class OpenAIServing:
                 if progress.token_ids is not None:
                     progress.token_ids.extend(chunk.token_ids)
                 self._metrics.generation_tokens.inc(count)
-                text = detokenizer.push_many(chunk.token_ids)
-                if chunk.finish_reason is not None:
-                    text += detokenizer.flush()
-                out, stopped = matcher.feed(text)
-                if out:
-                    yield out
+                delta = await self._parse(output, chunk.token_ids, chunk.finish_reason is not None)
+                out, stopped = matcher.feed(delta.content)
+                if out or delta.reasoning:
+                    yield ChatDelta(content=out, reasoning=delta.reasoning)
                 if stopped:
                     progress.finish_reason = "stop"
                     return
                 if chunk.finish_reason is not None:
                     tail, stopped = matcher.flush()
                     if tail:
-                        yield tail
+                        yield ChatDelta(content=tail)
                     progress.finish_reason = (
                         "stop" if stopped else _finish_reason(chunk.finish_reason)
                     )
@@ -251,15 +291,18 @@ class OpenAIServing:
         prepared: PreparedRequest,
         stream: AsyncIterator[GenerationChunk],
         first: GenerationChunk,
-    ) -> tuple[str, _Progress]:
+        output: ChatOutputParser,
+    ) -> tuple[ChatDelta, _Progress]:
         progress = _Progress(prompt_tokens=len(prepared.prompt))
         if prepared.return_token_ids:
             progress.token_ids = []
+        reply = ChatDelta()
         try:
-            pieces = [piece async for piece in self._deltas(prepared, stream, first, progress)]
+            async for delta in self._deltas(prepared, stream, first, progress, output):
+                reply += delta
         finally:
             await _aclose(stream)
-        return "".join(pieces), progress
+        return reply, progress
 
     async def _chat_sse(
         self,
@@ -278,7 +321,7 @@ class OpenAIServing:
             return f"data: {body.model_dump_json(exclude=exclude)}\n\n"
 
         progress = _Progress(prompt_tokens=len(prepared.prompt))
-        deltas = self._deltas(prepared, stream, first, progress)
+        deltas = self._deltas(prepared, stream, first, progress, self._tokenizer.chat_output())
         # Events ready at the same moment leave in one write (the role event with the
         # first text, the final event with usage and [DONE]); clients see the same SSE.
         pending = event([ChatChunkChoice(delta=DeltaMessage(role="assistant", content=""))])
@@ -286,7 +329,10 @@ class OpenAIServing:
         async with contextlib.aclosing(deltas), _closing(stream):
             try:
                 async for piece in deltas:
-                    yield pending + event([ChatChunkChoice(delta=DeltaMessage(content=piece))])
+                    delta = DeltaMessage(
+                        content=piece.content or None, reasoning_content=piece.reasoning or None
+                    )
+                    yield pending + event([ChatChunkChoice(delta=delta)])
                     pending = ""
             except TandemError as exc:
                 yield pending + self._sse_error(exc) + SSE_DONE
@@ -312,11 +358,12 @@ class OpenAIServing:
             return f"data: {body.model_dump_json(exclude=exclude)}\n\n"
 
         progress = _Progress(prompt_tokens=len(prepared.prompt))
-        deltas = self._deltas(prepared, stream, first, progress)
+        deltas = self._deltas(prepared, stream, first, progress, self._plain_output())
         async with contextlib.aclosing(deltas), _closing(stream):
             try:
                 async for piece in deltas:
-                    yield event([CompletionChoice(text=piece, finish_reason=None)])
+                    if piece.content:
+                        yield event([CompletionChoice(text=piece.content, finish_reason=None)])
             except TandemError as exc:
                 yield self._sse_error(exc) + SSE_DONE
                 return

@@ -119,7 +119,12 @@ class NixlTransport(KvTransport):
         super().__init__(worker_id, incarnation)
         from nixl._api import nixl_agent, nixl_agent_config
 
-        config = nixl_agent_config(enable_prog_thread=progress_thread, backends=["UCX"])
+        # No metadata listener (NIXL's would hand our agent metadata, and with it read
+        # access to the registered KV, to anyone who connects): peers get it only through
+        # the worker's KvAgent RPC, which is mutual TLS (docs/security.md).
+        config = nixl_agent_config(
+            enable_prog_thread=progress_thread, enable_listen_thread=False, backends=["UCX"]
+        )
         self._agent = cast(_Agent, nixl_agent(self.name, config))
         self._errors = _binding_errors()
         self._thread = AgentThread(

@@ -34,7 +34,7 @@ def nixl_available() -> bool:
 
 
 def make_transport(
-    name: str, *, worker_id: str, incarnation: str, **options: str | int | float | None
+    name: str, *, worker_id: str, incarnation: str, **options: object
 ) -> KvTransport:
     """Build the transport registered as ``name``; ``options`` go to its constructor.
 

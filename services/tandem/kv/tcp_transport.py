@@ -1,10 +1,20 @@
-"""KV transport over plain TCP, for hosts without NIXL.
+"""KV transport over TCP, for hosts without NIXL; mutual TLS with the cluster's credentials.
 
 The prefill side listens on ``host:port`` and answers range reads out of its registered
 regions (framing in ``kv.tcp_wire``); the decode side sends one batch of ranges per read
-and receives the bytes straight into its local memoryviews. Every requested range is
-checked against the registered regions before a byte is sent, so a peer can never read
-memory outside them.
+and receives the bytes into its local memoryviews.
+
+Who may read: with a ``CredentialStore`` every connection starts with a TLS 1.3 handshake
+in which both ends present the cluster's member certificate and check the other's
+against the cluster's CAs (the credentials current at that moment: a rotation applies to
+new connections). A peer without them is refused before it can send a request. Without
+credentials (loopback-only members) the same protocol runs in plaintext.
+
+What may be read: every requested range is checked against the registered regions before
+a byte is sent, and a request may not ask for more bytes in total than are registered
+(a legitimate read never reads a byte twice), so a peer can neither read outside the KV
+memory nor make the server stream more than it holds. Anything malformed is answered
+with an error and the connection is closed; the server keeps serving others.
 
 Connections are reused: a connection serves one read at a time, and goes back to its
 peer's idle pool (at most ``MAX_IDLE_CONNECTIONS``) only after a read that completed
@@ -12,6 +22,9 @@ exactly; anything else (timeout, short read, refusal) closes it, so a broken rea
 leaves half a response behind for the next one. The server closes connections idle for
 ``idle_close_s``; a pooled connection found closed before any reply byte arrived is
 retried once on a fresh one (reads are idempotent).
+
+Handshakes and waiting for a request happen on the event loop; the bytes move on small
+thread pools (``kv.tcp_io``: zero-copy ``recv_into``, TLS off the GIL).
 """
 
 from __future__ import annotations
@@ -19,30 +32,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tandem.engines.base import KvRange
+from tandem.kv import tcp_io as io
 from tandem.kv import tcp_wire as wire
 from tandem.kv.envelope import AgentHeader, encode_metadata
 from tandem.kv.errors import KvError, KvPeerError, KvRangeError, KvTransferError
 from tandem.kv.memory import as_byte_views
 from tandem.kv.peers import PeerTable, parse_peer
 from tandem.kv.ranges import check_ranges, plan_segments
+from tandem.kv.tcp_exchange import CHUNK_BYTES, StaleConnection, exchange_on
 from tandem.kv.transport import KvTransport, PeerInfo, TransferStats
+from tandem.security.credentials import CredentialStore
 
 logger = logging.getLogger(__name__)
 
 
 MAX_IDLE_CONNECTIONS = 8
-
-
-class _PeerClosed(Exception):
-    """The other end closed the connection early."""
-
-
-class _StaleConnection(Exception):
-    """A pooled connection was closed by the peer before it answered (retry fresh)."""
+HANDSHAKE_TIMEOUT_S = 10.0
+# Threads moving bytes: reads this worker answers, and reads it makes.
+SERVE_THREADS = 8
+READ_THREADS = 8
 
 
 @dataclass(slots=True)
@@ -50,40 +63,12 @@ class _TcpPeer:
     host: str
     port: int
     region_sizes: tuple[int, ...]
-    idle: list[socket.socket] = field(default_factory=list)
+    idle: list[io.Conn] = field(default_factory=list)
 
     def close(self) -> None:
-        for sock in self.idle:
-            sock.close()
+        for conn in self.idle:
+            conn.close()
         self.idle.clear()
-
-
-async def _recv_into(sock: socket.socket, view: memoryview) -> None:
-    loop = asyncio.get_running_loop()
-    filled = 0
-    while filled < len(view):
-        n = await loop.sock_recv_into(sock, view[filled:])
-        if n == 0:
-            raise _PeerClosed(f"connection closed after {filled} of {len(view)} bytes")
-        filled += n
-
-
-async def _recv_exactly(sock: socket.socket, size: int) -> bytes:
-    buf = bytearray(size)
-    await _recv_into(sock, memoryview(buf))
-    return bytes(buf)
-
-
-async def _open(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setblocking(False)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
-        await asyncio.get_running_loop().sock_connect(sock, (host, port))
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 class TcpTransport(KvTransport):
@@ -99,20 +84,26 @@ class TcpTransport(KvTransport):
         advertise_host: str | None = None,
         serve_timeout_s: float = 60.0,
         idle_close_s: float = 300.0,
+        credentials: CredentialStore | None = None,
     ) -> None:
-        """``serve_timeout_s`` bounds answering one read; a connection with no request
-        for ``idle_close_s`` is closed by the server."""
+        """``serve_timeout_s`` bounds each socket call while answering a read; a
+        connection with no request for ``idle_close_s`` is closed by the server;
+        ``credentials``: mutual TLS on every connection (None: plaintext)."""
         super().__init__(worker_id, incarnation)
         self._idle_close_s = idle_close_s
         self._host = host
         self._port = port
         self._advertise_host = advertise_host or host
         self._serve_timeout_s = serve_timeout_s
+        self._credentials = credentials
         self._views: tuple[memoryview, ...] = ()
+        self._registered_bytes = 0
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._serving: set[asyncio.Task[None]] = set()
         self._peers: PeerTable[_TcpPeer] = PeerTable()
+        self._serve_threads = io.Blocking(SERVE_THREADS, f"kv-serve-{worker_id}")
+        self._read_threads = io.Blocking(READ_THREADS, f"kv-read-{worker_id}")
 
     @property
     def port(self) -> int:
@@ -123,6 +114,7 @@ class TcpTransport(KvTransport):
         if self._listener is not None:
             raise KvError(f"TCP transport {self.name}: register() may be called only once")
         self._views = as_byte_views(regions)
+        self._registered_bytes = sum(v.nbytes for v in self._views)
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((self._host, self._port))
@@ -132,11 +124,12 @@ class TcpTransport(KvTransport):
         self._port = listener.getsockname()[1]
         self._accepting = asyncio.create_task(self._accept_loop(listener))
         logger.info(
-            "TCP KV agent %s serving %d region(s) on %s:%d",
+            "TCP KV agent %s serving %d region(s) on %s:%d (%s)",
             self.name,
             len(self._views),
             self._host,
             self._port,
+            "mutual TLS" if self._credentials else "plaintext",
         )
 
     def local_metadata(self) -> bytes:
@@ -161,59 +154,94 @@ class TcpTransport(KvTransport):
                 logger.warning("TCP KV agent %s accept failed: %r", self.name, exc)
                 await asyncio.sleep(0.1)
                 continue
-            conn.setblocking(False)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             task = asyncio.create_task(self._serve(conn))
             self._serving.add(task)
             task.add_done_callback(self._serving.discard)
 
-    async def _serve(self, conn: socket.socket) -> None:
+    async def _accept_tls(self, sock: socket.socket) -> io.Conn | None:
+        """``sock`` after the TLS handshake (with the credentials current now), or None
+        (and the socket closed) when the peer fails it. Plaintext without credentials."""
+        if self._credentials is None:
+            return sock
+        peer = _peer_name(sock)
+        context = self._credentials.current().server_ssl
+        try:
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                return await io.tls_handshake(sock, context, server_side=True, server_hostname=None)
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
+            sock.close()
+            logger.warning(
+                "TCP KV agent %s refused a connection from %s: TLS handshake failed (%s)",
+                self.name,
+                peer,
+                exc,
+            )
+            return None
+
+    async def _serve(self, sock: socket.socket) -> None:
         """Answer reads on one connection until the peer closes it, it idles out, or a
         read goes wrong (then the connection is closed: the reader sees a failure)."""
-        loop = asyncio.get_running_loop()
+        conn = await self._accept_tls(sock)
+        if conn is None:
+            return
         try:
+            io.make_blocking(conn, self._serve_timeout_s)
             while True:
                 try:
                     async with asyncio.timeout(self._idle_close_s):
-                        prefix = await _recv_exactly(conn, wire.REQUEST_PREFIX_BYTES)
-                except _PeerClosed:
-                    return  # the reader closed an idle connection: normal
+                        await io.wait_readable(conn)
                 except TimeoutError:
                     return  # idle too long
-                async with asyncio.timeout(self._serve_timeout_s):
-                    reply, ok = await self._answer(conn, prefix)
-                    if reply is not None:
-                        await loop.sock_sendall(conn, reply)
-                if not ok:
+                if not await self._serve_threads.run(conn, self._answer, conn):
                     return
-        except (OSError, TimeoutError, _PeerClosed) as exc:
+        except (OSError, io.PeerClosed) as exc:
             logger.info("TCP KV agent %s: a read was abandoned: %r", self.name, exc)
         finally:
             conn.close()
 
-    async def _answer(self, conn: socket.socket, prefix: bytes) -> tuple[bytes | None, bool]:
-        """Stream the requested ranges, or return an error reply when refusing; the flag
-        says whether the connection may serve another request."""
-        loop = asyncio.get_running_loop()
+    def _answer(self, conn: io.Conn) -> bool:
+        """(On a serving thread.) Read one request and stream the requested ranges, or
+        send an error reply when refusing; returns whether the connection may serve
+        another request (False also when the peer closed it while idle)."""
+        try:
+            prefix = io.recv_exactly(conn, wire.REQUEST_PREFIX_BYTES)
+        except io.PeerClosed:
+            return False  # the reader closed an idle connection: normal
+        checked = self._check_request(conn, prefix)
+        if isinstance(checked, str):
+            logger.warning("TCP KV agent %s refused a read: %s", self.name, checked)
+            io.send_all(conn, wire.encode_error(checked))
+            return False
+        ranges, total = checked
+        io.send_all(conn, wire.encode_ok(total))
+        for r in ranges:
+            view = self._views[r.region][r.offset : r.offset + r.length]
+            for start in range(0, len(view), CHUNK_BYTES):
+                io.send_all(conn, view[start : start + CHUNK_BYTES])
+        return True
+
+    def _check_request(self, conn: io.Conn, prefix: bytes) -> str | tuple[tuple[KvRange, ...], int]:
+        """The request's ranges and byte total, or why it is refused."""
         try:
             size = wire.decode_request_prefix(prefix)
-            incarnation = (await _recv_exactly(conn, size)).decode()
-            count = wire.decode_count(await _recv_exactly(conn, wire.COUNT_BYTES))
-            ranges = wire.decode_ranges(await _recv_exactly(conn, count * wire.RANGE_BYTES))
+            incarnation = io.recv_exactly(conn, size).decode()
+            count = wire.decode_count(io.recv_exactly(conn, wire.COUNT_BYTES))
+            ranges = wire.decode_ranges(io.recv_exactly(conn, count * wire.RANGE_BYTES))
         except (wire.WireError, UnicodeDecodeError) as exc:
-            logger.warning("TCP KV agent %s: malformed request: %s", self.name, exc)
-            return wire.encode_error(f"malformed request: {exc}"), False
+            return f"malformed request: {exc}"
         if incarnation != self.incarnation:
-            message = f"this is {self.name}; the request was for incarnation {incarnation!r}"
-            return wire.encode_error(message), False
+            return f"this is {self.name}; the request was for incarnation {incarnation!r}"
         try:
             total = check_ranges(ranges, [v.nbytes for v in self._views], "requested")
         except KvRangeError as exc:
-            logger.warning("TCP KV agent %s refused a read: %s", self.name, exc)
-            return wire.encode_error(exc.message), False
-        await loop.sock_sendall(conn, wire.encode_ok(total))
-        for r in ranges:
-            await loop.sock_sendall(conn, self._views[r.region][r.offset : r.offset + r.length])
-        return None, True
+            return exc.message
+        if total > self._registered_bytes:
+            return (
+                f"the request asks for {total} bytes in {len(ranges)} ranges, more than the "
+                f"{self._registered_bytes} bytes registered"
+            )
+        return ranges, total
 
     # -- decode side ----------------------------------------------------------------
 
@@ -228,7 +256,7 @@ class TcpTransport(KvTransport):
         state = _TcpPeer(header.host, header.port, header.region_sizes)
         try:
             async with asyncio.timeout(timeout_s):
-                await self._exchange(state, peer.incarnation, (), ())
+                await self._exchange(state, peer.incarnation, (), (), timeout_s)
         except TimeoutError as exc:
             raise KvTransferError(
                 f"TCP handshake with {peer.name} at {state.host}:{state.port} "
@@ -236,9 +264,10 @@ class TcpTransport(KvTransport):
                 peer=peer.name,
                 nbytes=0,
             ) from exc
-        except (OSError, _PeerClosed, wire.WireError) as exc:
+        except (OSError, io.PeerClosed, wire.WireError) as exc:
             raise KvTransferError(
-                f"TCP handshake with {peer.name} at {state.host}:{state.port} failed: {exc!r}",
+                f"TCP handshake with {peer.name} at {state.host}:{state.port} failed: "
+                f"{_describe(exc)}",
                 peer=peer.name,
                 nbytes=0,
             ) from exc
@@ -273,15 +302,18 @@ class TcpTransport(KvTransport):
         what = f"TCP read of {nbytes} bytes ({len(segments)} ranges) from {peer.name}"
         try:
             async with asyncio.timeout(remaining):
-                await self._exchange(state, peer.incarnation, [s.remote for s in segments], targets)
+                remote = [s.remote for s in segments]
+                await self._exchange(state, peer.incarnation, remote, targets, remaining)
         except TimeoutError as exc:
             self.forget(peer.worker_id)
             raise KvTransferError(
                 f"{what} timed out after {timeout_s:.3g}s", peer=peer.name, nbytes=nbytes
             ) from exc
-        except (OSError, _PeerClosed, wire.WireError) as exc:
+        except (OSError, io.PeerClosed, wire.WireError) as exc:
             self.forget(peer.worker_id)
-            raise KvTransferError(f"{what} failed: {exc!r}", peer=peer.name, nbytes=nbytes) from exc
+            raise KvTransferError(
+                f"{what} failed: {_describe(exc)}", peer=peer.name, nbytes=nbytes
+            ) from exc
         except KvTransferError as exc:
             self.forget(peer.worker_id)
             raise KvTransferError(
@@ -289,65 +321,60 @@ class TcpTransport(KvTransport):
             ) from exc
         return TransferStats(nbytes, loop.time() - started, len(segments))
 
+    async def _open(self, host: str, port: int, timeout_s: float) -> io.Conn:
+        """A connection to the peer, TLS-authenticated when we hold credentials, in
+        blocking mode (each socket call bounded by ``timeout_s``)."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            await asyncio.get_running_loop().sock_connect(sock, (host, port))
+            conn: io.Conn = sock
+            if self._credentials is not None:
+                material = self._credentials.current()
+                async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                    conn = await io.tls_handshake(
+                        sock,
+                        material.client_ssl,
+                        server_side=False,
+                        server_hostname=material.server_name,
+                    )
+        except BaseException:
+            sock.close()
+            raise
+        io.make_blocking(conn, timeout_s)
+        return conn
+
     async def _exchange(
         self,
         state: _TcpPeer,
         incarnation: str,
         ranges: Sequence[KvRange],
         targets: Sequence[memoryview],
+        timeout_s: float,
     ) -> None:
         """One request/response, on a pooled connection if there is one; fills
         ``targets`` in order. The connection returns to the pool only on success."""
+        request = wire.encode_request(incarnation, ranges)
         while True:
             pooled = bool(state.idle)
-            sock = state.idle.pop() if pooled else await _open(state.host, state.port)
-            try:
-                await self._exchange_on(sock, incarnation, ranges, targets, pooled=pooled)
-            except _StaleConnection:
-                continue  # closed by the peer while idle, before it read anything: retry
-            if len(state.idle) < MAX_IDLE_CONNECTIONS:
-                state.idle.append(sock)
+            if pooled:
+                conn = state.idle.pop()
+                io.make_blocking(conn, timeout_s)
             else:
-                sock.close()
+                conn = await self._open(state.host, state.port, timeout_s)
+            try:
+                await self._read_threads.run(conn, exchange_on, conn, request, targets, pooled)
+            except StaleConnection:
+                continue  # closed by the peer while idle, before it read anything: retry
+            except BaseException:
+                conn.close()
+                raise
+            if len(state.idle) < MAX_IDLE_CONNECTIONS:
+                state.idle.append(conn)
+            else:
+                conn.close()
             return
-
-    async def _exchange_on(
-        self,
-        sock: socket.socket,
-        incarnation: str,
-        ranges: Sequence[KvRange],
-        targets: Sequence[memoryview],
-        *,
-        pooled: bool,
-    ) -> None:
-        """The exchange on ``sock``; closes it unless every byte arrived. Raises
-        ``_StaleConnection`` when a pooled connection turns out closed before the peer
-        answered anything."""
-        loop = asyncio.get_running_loop()
-        answered = False
-        ok = False
-        try:
-            await loop.sock_sendall(sock, wire.encode_request(incarnation, ranges))
-            head = await _recv_exactly(sock, wire.STATUS_BYTES)
-            answered = True
-            if wire.decode_status(head) != wire.STATUS_OK:
-                size = wire.decode_error_len(await _recv_exactly(sock, wire.ERROR_LEN_BYTES))
-                message = (await _recv_exactly(sock, size)).decode(errors="replace")
-                raise KvTransferError(f"peer refused: {message}", peer="", nbytes=0)
-            total = wire.decode_total(await _recv_exactly(sock, wire.TOTAL_BYTES))
-            expected = sum(len(t) for t in targets)
-            if total != expected:
-                raise wire.WireError(f"peer announced {total} bytes, expected {expected}")
-            for target in targets:
-                await _recv_into(sock, target)
-            ok = True
-        except (_PeerClosed, ConnectionError) as exc:
-            if pooled and not answered:
-                raise _StaleConnection() from exc
-            raise
-        finally:
-            if not ok:
-                sock.close()
 
     def forget(self, worker_id: str) -> None:
         state = self._peers.pop(worker_id)
@@ -364,3 +391,23 @@ class TcpTransport(KvTransport):
         self._accepting = None
         if self._listener is not None:
             self._listener.close()
+        self._serve_threads.close()
+        self._read_threads.close()
+
+
+def _peer_name(sock: socket.socket) -> str:
+    try:
+        host, port = sock.getpeername()[:2]
+    except OSError:
+        return "a peer that already left"
+    return f"{host}:{port}"
+
+
+def _describe(exc: BaseException) -> str:
+    """``exc`` for an error message; TLS failures say what they usually mean."""
+    if isinstance(exc, ssl.SSLError):
+        return (
+            f"TLS with the peer failed ({exc.reason or exc}): one side does not hold this "
+            "cluster's credentials (another cluster, or a rotation not yet seen by both)"
+        )
+    return repr(exc)

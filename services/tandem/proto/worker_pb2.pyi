@@ -144,7 +144,7 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HealthResponse(_message.Message):
-    __slots__ = ("status", "worker_id", "incarnation", "role", "config_digest")
+    __slots__ = ("status", "worker_id", "incarnation", "role", "config_digest", "tokenizer_fingerprint")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         UNKNOWN: _ClassVar[HealthResponse.Status]
@@ -160,12 +160,14 @@ class HealthResponse(_message.Message):
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     CONFIG_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     status: HealthResponse.Status
     worker_id: str
     incarnation: str
     role: str
     config_digest: str
-    def __init__(self, status: _Optional[_Union[HealthResponse.Status, str]] = ..., worker_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., role: _Optional[str] = ..., config_digest: _Optional[str] = ...) -> None: ...
+    tokenizer_fingerprint: str
+    def __init__(self, status: _Optional[_Union[HealthResponse.Status, str]] = ..., worker_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., role: _Optional[str] = ..., config_digest: _Optional[str] = ..., tokenizer_fingerprint: _Optional[str] = ...) -> None: ...
 
 class StatsRequest(_message.Message):
     __slots__ = ()
@@ -204,6 +206,62 @@ class KvAgentResponse(_message.Message):
     backend: str
     metadata: bytes
     def __init__(self, worker_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., backend: _Optional[str] = ..., metadata: _Optional[bytes] = ...) -> None: ...
+
+class KvBlock(_message.Message):
+    __slots__ = ("block_hash", "tokens_hash")
+    BLOCK_HASH_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_HASH_FIELD_NUMBER: _ClassVar[int]
+    block_hash: int
+    tokens_hash: int
+    def __init__(self, block_hash: _Optional[int] = ..., tokens_hash: _Optional[int] = ...) -> None: ...
+
+class KvBlocksStored(_message.Message):
+    __slots__ = ("parent_hash", "blocks")
+    PARENT_HASH_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    parent_hash: int
+    blocks: _containers.RepeatedCompositeFieldContainer[KvBlock]
+    def __init__(self, parent_hash: _Optional[int] = ..., blocks: _Optional[_Iterable[_Union[KvBlock, _Mapping]]] = ...) -> None: ...
+
+class KvBlocksRemoved(_message.Message):
+    __slots__ = ("block_hashes",)
+    BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
+    block_hashes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, block_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class KvAllCleared(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class KvEvent(_message.Message):
+    __slots__ = ("stored", "removed", "cleared")
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    CLEARED_FIELD_NUMBER: _ClassVar[int]
+    stored: KvBlocksStored
+    removed: KvBlocksRemoved
+    cleared: KvAllCleared
+    def __init__(self, stored: _Optional[_Union[KvBlocksStored, _Mapping]] = ..., removed: _Optional[_Union[KvBlocksRemoved, _Mapping]] = ..., cleared: _Optional[_Union[KvAllCleared, _Mapping]] = ...) -> None: ...
+
+class KvEventsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class KvEventBatch(_message.Message):
+    __slots__ = ("worker_id", "incarnation", "block_size", "snapshot", "sequence", "events")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    incarnation: str
+    block_size: int
+    snapshot: bool
+    sequence: int
+    events: _containers.RepeatedCompositeFieldContainer[KvEvent]
+    def __init__(self, worker_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., block_size: _Optional[int] = ..., snapshot: _Optional[bool] = ..., sequence: _Optional[int] = ..., events: _Optional[_Iterable[_Union[KvEvent, _Mapping]]] = ...) -> None: ...
 
 class DrainRequest(_message.Message):
     __slots__ = ("grace_seconds",)

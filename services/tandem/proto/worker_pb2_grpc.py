@@ -74,6 +74,11 @@ class WorkerStub:
                 request_serializer=worker__pb2.DrainRequest.SerializeToString,
                 response_deserializer=worker__pb2.DrainResponse.FromString,
                 _registered_method=True)
+        self.KvEvents = channel.unary_stream(
+                '/tandem.worker.v1.Worker/KvEvents',
+                request_serializer=worker__pb2.KvEventsRequest.SerializeToString,
+                response_deserializer=worker__pb2.KvEventBatch.FromString,
+                _registered_method=True)
 
 
 class WorkerServicer:
@@ -127,6 +132,15 @@ class WorkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def KvEvents(self, request, context):
+        """A snapshot of the worker's reusable KV blocks, then every change, until the
+        subscriber leaves. A subscriber that falls behind is cut off (RESOURCE_EXHAUSTED)
+        and resubscribes, getting a fresh snapshot: it is never silently wrong.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -169,6 +183,11 @@ def add_WorkerServicer_to_server(servicer, server):
                     servicer.Drain,
                     request_deserializer=worker__pb2.DrainRequest.FromString,
                     response_serializer=worker__pb2.DrainResponse.SerializeToString,
+            ),
+            'KvEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.KvEvents,
+                    request_deserializer=worker__pb2.KvEventsRequest.FromString,
+                    response_serializer=worker__pb2.KvEventBatch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -387,6 +406,33 @@ class Worker:
             '/tandem.worker.v1.Worker/Drain',
             worker__pb2.DrainRequest.SerializeToString,
             worker__pb2.DrainResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KvEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tandem.worker.v1.Worker/KvEvents',
+            worker__pb2.KvEventsRequest.SerializeToString,
+            worker__pb2.KvEventBatch.FromString,
             options,
             channel_credentials,
             insecure,

@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Mapping,
+)
 from dataclasses import dataclass, field
 
 from tandem.api.v1alpha1 import RoutingPolicy
@@ -24,6 +31,7 @@ from tandem.router.errors import (
     OverloadedError,
     WorkerRejectedError,
 )
+from tandem.router.kv_index import KvIndex
 from tandem.router.messages import GenerationChunk, GenerationRequest, RouteInfo, RouterConfig
 from tandem.router.metrics import RouterMetrics
 from tandem.router.policy import (
@@ -32,10 +40,8 @@ from tandem.router.policy import (
     PrefillPath,
     RouteDecision,
     RouteRequest,
-    affinity_key,
     choose_prefill_worker,
     choose_route,
-    compute_block_hashes,
 )
 from tandem.router.ports import (
     DecodeChunk,
@@ -45,7 +51,6 @@ from tandem.router.ports import (
     call_error,
     classify,
 )
-from tandem.router.prefix_index import AffinityMap, PrefixIndex
 from tandem.router.workers import WorkerState, WorkerTable
 
 logger = logging.getLogger(__name__)
@@ -65,6 +70,7 @@ class _Attempts:
     remote_reason: DecisionReason | None = None
     last_failure: WorkerErrorKind | None = None  # of the latest decode attempt
     local_reason: DecisionReason | None = None  # overrides the policy's after a fallback
+    cached: dict[str, int] | None = None  # prompt tokens each worker caches (looked up once)
 
 
 # Local prefills for these reasons are work the prefill pool should have taken.
@@ -73,6 +79,7 @@ _DIVERTING_REASONS = frozenset(
         DecisionReason.NO_PREFILL_WORKERS,
         DecisionReason.PREFILL_UNHEALTHY,
         DecisionReason.PREFILL_SATURATED,
+        DecisionReason.PREFILL_INCOMPATIBLE,
         DecisionReason.PREFILL_FAILED,
     }
 )
@@ -99,6 +106,8 @@ class Dispatcher:
         mark_failed: Callable[[WorkerState, WorkerCallError], None],
         spawn: Spawn,
         clock: Callable[[], float],
+        index: KvIndex,
+        await_round: Callable[[float], Awaitable[bool]] | None = None,
     ) -> None:
         self.config = config
         self._table = table
@@ -106,13 +115,15 @@ class Dispatcher:
         self._mark_failed = mark_failed
         self._spawn = spawn  # runs a background task the router owns (or drops it)
         self._clock = clock
-        self.prefixes = PrefixIndex()
-        self.affinity = AffinityMap()
+        self.index = index  # what each worker caches, from its KV events
+        # A fresh health round while the worker set settles (membership adopted, new
+        # workers checked); False: nothing is changing. None: never wait.
+        self._await_round = await_round
         self._turn = 0
 
-    def forget_worker(self, key: str) -> None:
-        self.prefixes.forget(key)
-        self.affinity.forget_worker(key)
+    def forget_worker(self, key: str, incarnation: str | None) -> None:
+        """``key`` left (``incarnation`` None) or restarted as ``incarnation``."""
+        self.index.remove(key, unless_incarnation=incarnation)
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
         """One admitted request: route, prefill, decode, with retries (see module doc)."""
@@ -164,7 +175,7 @@ class Dispatcher:
                 if first is None:
                     continue
                 attempts.kv_pulled = handoff is not None
-                self._record_route(decision, first, route_request)
+                self._record_route(decision, first, route_request, attempts)
                 worker.active_sequences += 1
                 try:
                     yield GenerationChunk(
@@ -211,35 +222,29 @@ class Dispatcher:
         return cfg.first_token_timeout_seconds + per_token
 
     def _route_request(self, request: GenerationRequest) -> RouteRequest:
-        policy = self.config.policy
-        # Full prefix hashes only matter when decode engines reuse cached prefixes;
-        # prefill affinity needs just the first few blocks.
-        max_blocks = self.config.max_hashed_blocks if _uses_overlap(policy) else 0
-        max_blocks = max(max_blocks, policy.affinity_blocks)
-        hashes: tuple[int, ...] = ()
-        if max_blocks > 0:
-            hashes = compute_block_hashes(request.prompt, policy.block_tokens, max_blocks)
-        return RouteRequest(len(request.prompt), request.sampling.max_tokens, hashes)
+        return RouteRequest(len(request.prompt), request.sampling.max_tokens)
+
+    def _cached_tokens(self, request: GenerationRequest, policy: PolicyConfig) -> dict[str, int]:
+        if policy.routing is not RoutingPolicy.KV_AWARE:
+            return {}
+        return self.index.cached_tokens(request.prompt)
 
     async def _decide(
         self, request: GenerationRequest, route_request: RouteRequest, attempts: _Attempts
     ) -> RouteDecision:
         policy = self.config.policy
-        overlaps = {}
-        if _uses_overlap(policy):
-            overlaps = self.prefixes.overlaps(route_request.block_hashes)
-        sticky = self.affinity.get(affinity_key(route_request, policy))
-        self._turn += 1
-        decision = choose_route(
-            self._table.snapshots(),
-            route_request,
-            overlaps,
-            sticky,
-            policy,
-            turn=self._turn,
-            failed_decode=attempts.failed_decode,
-            failed_prefill=attempts.failed_prefill,
-        )
+        cached = attempts.cached
+        if cached is None:
+            cached = attempts.cached = self._cached_tokens(request, policy)
+        decision = self._choose(route_request, cached, attempts)
+        deadline = self._clock() + self.config.worker_wait_seconds
+        while decision is None and self._await_round is not None:
+            # The worker set may be changing (a pod replaced, a rollout): while it
+            # settles, look again after each fresh health round, until time is up.
+            left = deadline - self._clock()
+            if left <= 0 or not await self._await_round(left):
+                break
+            decision = self._choose(route_request, cached, attempts)
         if decision is None:
             if attempts.failed_decode:
                 raise self._exhausted(attempts)
@@ -254,7 +259,9 @@ class Dispatcher:
                 attempts.remote_reason or decision.reason,
             )
         if decision.path is PrefillPath.REMOTE and decision.prefill is not None:
-            handoff = await self._prefill(request, route_request, decision.prefill, attempts)
+            handoff = await self._prefill(
+                request, route_request, decision.prefill, decision.decode, attempts
+            )
             if handoff is not None:
                 attempts.remote_reason = decision.reason
                 return RouteDecision(
@@ -265,24 +272,43 @@ class Dispatcher:
             decision.decode, None, PrefillPath.LOCAL, attempts.local_reason or decision.reason
         )
 
+    def _choose(
+        self, route_request: RouteRequest, cached: Mapping[str, int], attempts: _Attempts
+    ) -> RouteDecision | None:
+        self._turn += 1
+        return choose_route(
+            self._table.snapshots(),
+            route_request,
+            cached,
+            self.config.policy,
+            turn=self._turn,
+            failed_decode=attempts.failed_decode,
+            failed_prefill=attempts.failed_prefill,
+        )
+
     async def _prefill(
         self,
         request: GenerationRequest,
         route_request: RouteRequest,
         first_choice: str,
+        decode_key: str,
         attempts: _Attempts,
     ) -> PrefillReply | None:
         """Remote prefill with retries on other prefill workers; None -> prefill locally."""
         cfg = self.config
         key: str | None = first_choice
+        decode = self._table.get(decode_key)
+        decode_digest = decode.snapshot().config_digest if decode is not None else ""
         for attempt in range(cfg.max_prefill_attempts):
             if attempt:
                 self._metrics.retries.labels("prefill").inc()
                 chosen = choose_prefill_worker(
                     self._table.snapshots(),
-                    None,
+                    route_request,
+                    attempts.cached or {},
                     cfg.policy,
-                    exclude=attempts.failed_prefill,
+                    decode_digest=decode_digest,
+                    exclude=attempts.failed_prefill | {decode_key},
                 )
                 key = chosen.key if chosen is not None else None
             worker = self._table.get(key) if key is not None else None
@@ -322,7 +348,6 @@ class Dispatcher:
                 if not done:  # cancelled mid-call: the worker may still finish it
                     self._release_later(worker.key, request.request_id)
             self._metrics.prefill_seconds.observe(self._clock() - started)
-            self.affinity.set(affinity_key(route_request, cfg.policy), worker.key)
             attempts.handoff = handoff
             attempts.prefill_worker = worker.key
             return handoff
@@ -411,14 +436,15 @@ class Dispatcher:
         decision: RouteDecision,
         first: DecodeChunk,
         route_request: RouteRequest,
+        attempts: _Attempts,
     ) -> None:
         m = self._metrics
         m.prefill_decisions.labels(decision.path.value, decision.reason.value).inc()
         if first.kv_bytes_transferred:
             m.kv_transfer_bytes.inc(first.kv_bytes_transferred)
             m.kv_transfer_seconds.observe(first.kv_transfer_seconds)
-        if _uses_overlap(self.config.policy):
-            self.prefixes.record(decision.decode, route_request.block_hashes)
+        cached = (attempts.cached or {}).get(decision.decode, 0)
+        m.cached_prompt_tokens.inc(min(cached, route_request.prompt_tokens))
 
     def _release_later(self, worker_key: str | None, request_id: str) -> None:
         if worker_key is None:
@@ -437,10 +463,6 @@ class Dispatcher:
 
 def _reason(finish: FinishReason | None) -> str | None:
     return None if finish is None else finish.value
-
-
-def _uses_overlap(policy: PolicyConfig) -> bool:
-    return policy.routing is RoutingPolicy.KV_AWARE and policy.decode_prefix_cache
 
 
 async def _close(stream: AsyncIterator[DecodeChunk]) -> None:

@@ -17,7 +17,13 @@ from collections.abc import Callable, Sequence
 
 from tandem.router.membership import Member, MembershipSource
 from tandem.router.metrics import RouterMetrics
-from tandem.router.ports import WorkerCallError, WorkerErrorKind, call_error, classify
+from tandem.router.ports import (
+    HealthInfo,
+    WorkerCallError,
+    WorkerErrorKind,
+    call_error,
+    classify,
+)
 from tandem.router.workers import WorkerState, WorkerTable
 from tandem.worker.types import HealthStatus
 
@@ -32,13 +38,18 @@ class HealthMonitor:
         metrics: RouterMetrics,
         *,
         timeout_seconds: float,
-        forget: Callable[[str], None],
+        forget: Callable[[str, str | None], None],
+        tokenizer_fingerprint: str = "",
     ) -> None:
         self._table = table
         self._membership = membership
         self._metrics = metrics
         self._timeout = timeout_seconds
-        self._forget = forget  # drop what the router remembers about a worker's cache
+        # forget(key, new_incarnation): drop what the router knows of a worker's cache
+        # (new_incarnation None: it left).
+        self._forget = forget
+        self._tokenizer = tokenizer_fingerprint
+        self._refused: set[tuple[str, str]] = set()  # (worker, incarnation) already counted
 
     async def poll_once(self) -> None:
         members = await self._members()
@@ -47,7 +58,8 @@ class HealthMonitor:
         _, removed = self._table.reconcile(members)
         for state in removed:
             logger.info("worker %s left the membership", state.key)
-            self._forget(state.key)
+            self._forget(state.key, None)
+            self._refused = {seen for seen in self._refused if seen[0] != state.key}
         for state in self._table.collect_removed():
             await state.client.close()
         async with asyncio.TaskGroup() as tasks:
@@ -83,14 +95,37 @@ class HealthMonitor:
             return
         if state.health is not None and state.health.incarnation != health.incarnation:
             logger.info("worker %s restarted (incarnation %s)", state.key, health.incarnation)
-            self._forget(state.key)
+            self._forget(state.key, health.incarnation)
         serving = health.status is HealthStatus.SERVING
+        mismatch = self._tokenizer_mismatch(state, health)
+        if mismatch:
+            state.health, state.stats = health, stats
+            state.healthy = False
+            state.last_error = mismatch
+            return
         if not state.healthy and serving:
             logger.info("worker %s (%s) is healthy", state.key, health.role)
         state.health, state.stats = health, stats
         state.healthy = serving
         state.consecutive_failures = 0
         state.last_error = ""
+
+    def _tokenizer_mismatch(self, state: WorkerState, health: HealthInfo) -> str:
+        """Why ``state`` must get no work because its tokenizer is not ours ("" if it
+        is): its ids would mean other text. Logged and counted once per incarnation."""
+        if not self._tokenizer or health.tokenizer_fingerprint == self._tokenizer:
+            return ""
+        reported = health.tokenizer_fingerprint or "(none reported)"
+        reason = (
+            f"tokenizer mismatch: worker has {reported}, this frontend {self._tokenizer}; "
+            "restart it with the cluster's model spec"
+        )
+        seen = (state.key, health.incarnation)
+        if seen not in self._refused:
+            self._refused.add(seen)
+            logger.error("worker %s refused: %s", state.key, reason)
+            self._metrics.tokenizer_mismatches.inc()
+        return reason
 
     def mark_failed(self, state: WorkerState, exc: WorkerCallError) -> None:
         if state.healthy:

@@ -18,19 +18,23 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from tandem.engines.base import FinishReason, SamplingParams
+from tandem.kv.events import KvCacheEvent
 from tandem.router.policy import WorkerRole
 from tandem.router.ports import (
     DecodeChunk,
     HealthInfo,
+    KvEventBatch,
     PrefillReply,
     RemoteKvHandle,
     WorkerErrorKind,
     WorkerStats,
     call_error,
 )
+from tandem.worker.kv_event_log import KvEventLog
 from tandem.worker.types import HealthStatus, Role
 
 VOCAB = 256  # byte tokens only: every generated token detokenizes to text
+KV_BLOCK_SIZE = 16
 
 
 def fake_token(prompt: Sequence[int], position: int, seed: int | None) -> int:
@@ -70,6 +74,7 @@ class InProcessWorker:
         token_delay: float = 0.0,
         eos_token: int | None = None,
         eos_at: int | None = None,
+        tokenizer_fingerprint: str = "",
     ) -> None:
         self.address = address
         self.role = role
@@ -78,10 +83,12 @@ class InProcessWorker:
         self.pull_delay = pull_delay
         self.token_delay = token_delay
         self.eos_token, self.eos_at = eos_token, eos_at
+        self.tokenizer_fingerprint = tokenizer_fingerprint
         self.faults = Faults()
         self.alive = True
         self.draining = False
         self.incarnation = f"inc-{next(self._incarnations)}"
+        self.kv_log = KvEventLog(address, self.incarnation, KV_BLOCK_SIZE)
         self.prefill_calls = 0
         self.decode_calls = 0
         self.local_prefills = 0
@@ -91,10 +98,13 @@ class InProcessWorker:
 
     def kill(self) -> None:
         self.alive = False
+        self.kv_log.close()
 
     def restart(self) -> None:
         self.alive = True
         self.incarnation = f"inc-{next(self._incarnations)}"
+        self.kv_log.close()
+        self.kv_log = KvEventLog(self.address, self.incarnation, KV_BLOCK_SIZE)
         for request_id in [r for r, w in self.ledger.parked.items() if w == self.address]:
             del self.ledger.parked[request_id]
 
@@ -215,7 +225,13 @@ class InProcessWorker:
     async def health(self, *, timeout_s: float | None = None) -> HealthInfo:
         self._check_alive()
         status = HealthStatus.DRAINING if self.draining else HealthStatus.SERVING
-        return HealthInfo(status, self.address, self.incarnation, Role(self.role.value))
+        return HealthInfo(
+            status,
+            self.address,
+            self.incarnation,
+            Role(self.role.value),
+            tokenizer_fingerprint=self.tokenizer_fingerprint,
+        )
 
     async def stats(self, *, timeout_s: float | None = None) -> WorkerStats:
         self._check_alive()
@@ -225,9 +241,19 @@ class InProcessWorker:
             active_sequences=self.active,
             kv_blocks_total=1024,
             kv_blocks_free=1024,
-            kv_block_size=16,
+            kv_block_size=KV_BLOCK_SIZE,
             held_for_transfer=sum(1 for w in self.ledger.parked.values() if w == self.address),
         )
+
+    def publish_kv(self, events: list[KvCacheEvent]) -> None:
+        """Report KV cache events, as an engine with a prefix cache would."""
+        self.kv_log.publish(events)
+
+    async def kv_events(self) -> AsyncIterator[KvEventBatch]:
+        self._check_alive()
+        async for batch in self.kv_log.subscribe():
+            yield batch
+        self._check_alive()  # a stream that ends because the worker died fails
 
     async def close(self) -> None:
         self.closed = True

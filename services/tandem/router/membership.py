@@ -1,26 +1,24 @@
 """Where the router learns which workers exist.
 
 A ``MembershipSource`` answers "which worker addresses exist now, in which pool"; the
-router asks on every health round and reconciles its worker table. Each pool is given
-as a target string (the frontend contract's ``workers`` map):
+router asks on every health round and reconciles its worker table. Sources:
 
-- ``dns:///NAME:PORT``: every address NAME resolves to (a headless Service lists its
-  ready pods) -- the Kubernetes case;
-- ``file:///PATH``: a JSON file another process rewrites (``tandem up`` does when it
+- ``FileMembership``: a JSON file another process rewrites (``tandem up`` does when it
   scales), ``{"workers": [{"address": "127.0.0.1:5001", "role": "prefill"}, ...]}``;
-- ``HOST:PORT`` (or a list of them): a fixed set.
+- ``StaticMembership``: a fixed set;
+- ``endpoint_slices.EndpointSliceMembership``: the ready endpoints of a pool's Service,
+  from the Kubernetes API (the in-cluster case).
 
-An EndpointSlice watcher would be one more ``MembershipSource``.
+``targets.membership_from_targets`` builds them from the frontend contract's
+``workers`` map.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
-import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -28,8 +26,6 @@ from typing import Protocol
 from tandem.router.policy import WorkerRole
 
 logger = logging.getLogger(__name__)
-
-DNS_TIMEOUT_SECONDS = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +39,16 @@ class MembershipSource(Protocol):
         """The current members; called once per health round."""
         ...
 
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the event loop) whenever the members may have changed, so
+        the router adopts them at once instead of at its next round; sources that are
+        only read on demand never call it."""
+        ...
+
+    async def close(self) -> None:
+        """Stop whatever the source runs in the background (the router is stopping)."""
+        ...
+
 
 class StaticMembership:
     def __init__(self, members: Sequence[Member]) -> None:
@@ -50,6 +56,12 @@ class StaticMembership:
 
     async def members(self) -> Sequence[Member]:
         return self._members
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
 
 
 def parse_members(document: object) -> tuple[Member, ...]:
@@ -109,27 +121,11 @@ class FileMembership:
                 self._members = tuple(m for m in parsed if self._role in (None, m.role))
         return self._members
 
+    def on_change(self, callback: Callable[[], None]) -> None:
+        pass  # read at every round; a file has no watch worth the complexity here
 
-class DnsMembership:
-    """Every address ``host`` resolves to, at ``port``; last good answer on failure."""
-
-    def __init__(self, host: str, port: int, role: WorkerRole) -> None:
-        self._host, self._port, self._role = host, port, role
-        self._members: tuple[Member, ...] = ()
-
-    async def members(self) -> Sequence[Member]:
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(DNS_TIMEOUT_SECONDS):
-                infos = await loop.getaddrinfo(
-                    self._host, self._port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
-                )
-        except (OSError, TimeoutError) as exc:
-            logger.warning("cannot resolve %s: %s", self._host, exc)
-            return self._members
-        addresses = sorted({_join_host_port(str(info[4][0]), self._port) for info in infos})
-        self._members = tuple(Member(a, self._role) for a in addresses)
-        return self._members
+    async def close(self) -> None:
+        pass
 
 
 class CompositeMembership:
@@ -142,33 +138,18 @@ class CompositeMembership:
             out.extend(await source.members())
         return out
 
+    def on_change(self, callback: Callable[[], None]) -> None:
+        for source in self._sources:
+            source.on_change(callback)
 
-def membership_from_targets(targets: Mapping[str, str | Sequence[str]]) -> MembershipSource:
-    """Build the source for a contract ``workers`` map: pool role -> target(s)."""
-    sources: list[MembershipSource] = []
-    static: list[Member] = []
-    for role_name, target in targets.items():
-        role = WorkerRole(role_name)
-        for item in [target] if isinstance(target, str) else target:
-            if item.startswith("dns:///"):
-                host, port = split_host_port(item.removeprefix("dns:///"))
-                sources.append(DnsMembership(host, port, role))
-            elif item.startswith("file://"):
-                sources.append(FileMembership(Path(item.removeprefix("file://")), role))
-            elif item:
-                split_host_port(item)  # validates
-                static.append(Member(item, role))
-    if static:
-        sources.append(StaticMembership(static))
-    return CompositeMembership(sources)
+    async def close(self) -> None:
+        for source in self._sources:
+            await source.close()
 
 
 def split_host_port(target: str) -> tuple[str, int]:
     host, sep, port = target.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    malformed_host = not host or "/" in host or any(c.isspace() for c in host)
+    if not sep or malformed_host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"expected HOST:PORT, got {target!r}")
     return host.strip("[]"), int(port)
-
-
-def _join_host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -26,7 +26,13 @@ class RouterConfig:
     health_timeout_seconds: float = 2.0
     max_prefill_attempts: int = 2
     max_decode_attempts: int = 3
-    max_hashed_blocks: int = 1024
+    # While the worker set changes (a rollout, a scale-down, a replacement pod) there can
+    # be a moment with no usable decode worker: a request waits this long, with health
+    # rounds run at once, for one to appear instead of failing.
+    worker_wait_seconds: float = 15.0
+    # The frontend's tokenizer (tandem.tokenization.selection.fingerprint); a worker
+    # reporting another one gets no work. "" accepts any worker (no tokenizer to agree on).
+    tokenizer_fingerprint: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,34 @@ class RouterMetrics:
             ["stage"],
             registry=registry,
         )
+        self.tokenizer_mismatches = Counter(
+            "tandem_router_tokenizer_mismatches_total",
+            "Workers (per incarnation) refused because their tokenizer differs from the "
+            "frontend's; they get no work until restarted with the same one.",
+            registry=registry,
+        )
+        self.kv_events = Counter(
+            "tandem_router_kv_events_total",
+            "Workers' KV cache events applied to the router's index, by outcome (applied, "
+            "skipped: the index held no such parent or block).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.kv_snapshots = Counter(
+            "tandem_router_kv_snapshots_total",
+            "KV event streams (re)started from a worker's snapshot.",
+            registry=registry,
+        )
+        self.kv_event_stream_failures = Counter(
+            "tandem_router_kv_event_stream_failures_total",
+            "KV event streams that broke (the worker's entries are dropped until it resubscribes).",
+            registry=registry,
+        )
+        self.cached_prompt_tokens = Counter(
+            "tandem_router_cached_prompt_tokens_total",
+            "Prompt tokens the chosen decode worker already held cached, per the index.",
+            registry=registry,
+        )
         self.rejected = Counter(
             "tandem_router_rejected_requests_total",
             "Requests refused before routing (queue_full -> 429, no_worker -> 503).",

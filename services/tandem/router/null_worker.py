@@ -6,7 +6,8 @@ gRPC where the reference engine would be too slow (load, fault and fuzz tests, t
 frontend benchmark). A decode that receives remote KV "pulls" it by calling ``Release``
 on the prefill worker named in the handoff, as a real decode worker does after its
 transfer; KV that is not parked there fails the decode with ABORTED, like a failed
-handoff. Accepts (and ignores) ``tandem.worker``'s other flags, so launchers can swap it in.
+handoff. Accepts (and ignores) ``tandem.worker``'s other flags, so launchers can swap it in;
+``--credentials`` it honours like a worker (mutual TLS on its port and to its peers).
 """
 
 from __future__ import annotations
@@ -17,25 +18,32 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import grpc
 
+from tandem.api.v1alpha1 import TokenizerKind
 from tandem.proto import worker_pb2 as pb
 from tandem.proto import worker_pb2_grpc
 from tandem.router.inprocess import InProcessWorker
 from tandem.router.policy import WorkerRole
+from tandem.security import CredentialStore, check_plaintext_bind
+from tandem.tokenization.selection import fingerprint, load_tokenizer
 from tandem.worker import convert
 from tandem.worker.client import WorkerClient
 from tandem.worker.errors import WorkerCallError
+from tandem.worker.grpc_server import create_server
+from tandem.worker.tokenizer import tokenizer_choice
 
 RELEASE_TIMEOUT_S = 5.0
 Context = Any  # grpc.aio.ServicerContext (grpc ships no types)
 
 
 class NullWorkerServicer(worker_pb2_grpc.WorkerServicer):
-    def __init__(self, worker: InProcessWorker) -> None:
+    def __init__(self, worker: InProcessWorker, credentials: CredentialStore | None) -> None:
         self._worker = worker
+        self._credentials = credentials
         self._peers: dict[str, WorkerClient] = {}  # prefill workers we "pull" from
 
     async def Prefill(self, request: pb.PrefillRequest, context: Context) -> pb.PrefillResponse:
@@ -74,7 +82,9 @@ class NullWorkerServicer(worker_pb2_grpc.WorkerServicer):
     async def _pull(self, peer: str, request_id: str) -> bool:
         client = self._peers.get(peer)
         if client is None:
-            client = self._peers[peer] = WorkerClient(peer, timeout_s=RELEASE_TIMEOUT_S)
+            client = self._peers[peer] = WorkerClient(
+                peer, timeout_s=RELEASE_TIMEOUT_S, credentials=self._credentials
+            )
         try:
             return await client.release(request_id)
         except WorkerCallError:
@@ -91,16 +101,32 @@ class NullWorkerServicer(worker_pb2_grpc.WorkerServicer):
     async def Stats(self, request: pb.StatsRequest, context: Context) -> pb.StatsResponse:
         return convert.stats_to_pb(await self._worker.stats())
 
+    async def KvEvents(self, request: pb.KvEventsRequest, context: Context) -> AsyncIterator[Any]:
+        # No model, no prefix cache: an empty snapshot, then nothing until it stops.
+        async for batch in self._worker.kv_events():
+            yield convert.kv_batch_to_pb(batch)
+
     async def Drain(self, request: pb.DrainRequest, context: Context) -> pb.DrainResponse:
         self._worker.draining = True
         return pb.DrainResponse(in_flight=self._worker.active)
 
 
-async def serve(host: str, port: int, role: WorkerRole, token_delay: float) -> None:
-    server = grpc.aio.server()
-    bound = server.add_insecure_port(f"{host}:{port}")
-    worker = InProcessWorker(f"{host}:{bound}", role, token_delay=token_delay)
-    servicer = NullWorkerServicer(worker)
+async def serve(
+    host: str,
+    port: int,
+    role: WorkerRole,
+    token_delay: float,
+    tokenizer_fingerprint: str,
+    credentials: CredentialStore | None = None,
+) -> None:
+    server, bound = create_server(host, port, credentials)
+    worker = InProcessWorker(
+        f"{host}:{bound}",
+        role,
+        token_delay=token_delay,
+        tokenizer_fingerprint=tokenizer_fingerprint,
+    )
+    servicer = NullWorkerServicer(worker, credentials)
     worker_pb2_grpc.add_WorkerServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     await server.start()
     stop = asyncio.Event()
@@ -123,8 +149,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=float(os.environ.get("TANDEM_NULL_WORKER_TOKEN_DELAY", "0")),
         help="seconds per generated token (env TANDEM_NULL_WORKER_TOKEN_DELAY)",
     )
+    # tandem.worker's tokenizer flags: a null worker reports the same fingerprint.
+    parser.add_argument("--tokenizer", choices=[k.value for k in TokenizerKind])
+    parser.add_argument("--tokenizer-source")
+    parser.add_argument("--engine", default="reference")
+    parser.add_argument("--credentials", type=Path)
     args, _ = parser.parse_known_args(argv)  # tandem.worker's other flags are ignored
-    asyncio.run(serve(args.host, args.port, WorkerRole(args.role), args.token_delay))
+    choice = tokenizer_choice(args.tokenizer, args.tokenizer_source, None, args.engine)
+    tokenizer = fingerprint(load_tokenizer(choice))
+    if args.credentials is not None:
+        credentials: CredentialStore | None = CredentialStore(args.credentials)
+    else:
+        check_plaintext_bind(args.host, "the null worker's gRPC port")
+        credentials = None
+    role = WorkerRole(args.role)
+    asyncio.run(serve(args.host, args.port, role, args.token_delay, tokenizer, credentials))
     return 0
 
 

@@ -1,13 +1,15 @@
 """Routing decisions as pure functions: no I/O, no clock, no randomness.
 
 The service feeds these a snapshot of every worker (health plus load, the larger of
-what the router itself has in flight and what the worker last reported) and a few
-facts about the request; they answer which decode worker streams the answer, whether
-the prompt is worth prefilling on the prefill pool, and which prefill worker does it.
+what the router itself has in flight and what the worker last reported), how many of
+the prompt's tokens each worker holds in its KV cache (from the workers' KV events, in
+Dynamo's radix tree), and a few facts about the request; they answer which decode
+worker streams the answer, whether the prompt is worth prefilling on the prefill pool,
+and which prefill worker does it. Both choices weigh cached tokens against load.
 
 Conditional disaggregation: moving KV only pays off for long, uncached prompts. Short
-or mostly cached prompts, and every prompt when the prefill pool is empty, unhealthy or
-saturated, prefill locally on the decode worker.
+or mostly cached prompts, and every prompt when the prefill pool is empty, unhealthy,
+saturated or runs another model, prefill locally on the decode worker.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class DecisionReason(enum.StrEnum):
     NO_PREFILL_WORKERS = "no_prefill_workers"
     PREFILL_UNHEALTHY = "prefill_unhealthy"
     PREFILL_SATURATED = "prefill_saturated"
+    PREFILL_INCOMPATIBLE = "prefill_incompatible"  # other model/KV layout than the decoder
     PREFILL_FAILED = "prefill_failed"  # set by the service after remote attempts failed
 
 
@@ -55,6 +58,7 @@ class WorkerSnapshot:
     kv_blocks_free: int = 0
     kv_blocks_total: int = 0
     kv_block_size: int = 0
+    config_digest: str = ""  # model + KV layout; "" when unknown
 
     @property
     def available(self) -> bool:
@@ -79,8 +83,6 @@ class WorkerSnapshot:
 class RouteRequest:
     prompt_tokens: int
     max_tokens: int
-    # Chained hashes of the prompt's full blocks (see ``compute_block_hashes``).
-    block_hashes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,17 +90,8 @@ class PolicyConfig:
     routing: RoutingPolicy = RoutingPolicy.KV_AWARE
     # Prompts with fewer uncached tokens than this prefill on the decode worker.
     min_prefill_tokens: int = 512
-    # Granularity of prefix hashing; overlap is measured in these blocks.
-    block_tokens: int = 128
-    # Blocks of the prompt that form its prefill affinity key.
-    affinity_blocks: int = 4
-    # A prefill worker already holding the prompt's prefix keeps it while its pending
-    # tokens stay within this many of the least loaded worker's.
-    affinity_slack_tokens: int = 8192
     # A prefill worker with this many pending tokens takes no more work.
     prefill_saturation_tokens: int = 131072
-    # Whether decode engines reuse cached prefixes (then overlap counts as cached input).
-    decode_prefix_cache: bool = False
     # A full prefix hit is worth this many active sequences when choosing a decode worker.
     overlap_weight: float = 2.0
     # Added to a decode worker's cost when its free KV cannot hold the request.
@@ -113,38 +106,10 @@ class RouteDecision:
     reason: DecisionReason
 
 
-def compute_block_hashes(
-    tokens: Sequence[int], block_tokens: int, max_blocks: int
-) -> tuple[int, ...]:
-    """Chained hashes of the first ``max_blocks`` full blocks of ``tokens``.
-
-    Hash ``i`` covers tokens ``[0, (i+1)*block_tokens)``, so equal hashes mean equal
-    prefixes (up to collisions). Tuple hashing of ints is deterministic across
-    processes, unlike ``hash(bytes)``.
-    """
-    hashes: list[int] = []
-    running = 0
-    end = min(len(tokens) // block_tokens, max_blocks) * block_tokens
-    for start in range(0, end, block_tokens):
-        running = hash((running, *tokens[start : start + block_tokens]))
-        hashes.append(running)
-    return tuple(hashes)
-
-
-def count_prefix_overlap(block_hashes: Sequence[int], cached: Container[int]) -> int:
-    """Leading blocks of the prompt already present in ``cached``."""
-    matched = 0
-    for block_hash in block_hashes:
-        if block_hash not in cached:
-            break
-        matched += 1
-    return matched
-
-
 def choose_decode_worker(
     workers: Iterable[WorkerSnapshot],
     request: RouteRequest,
-    overlaps: Mapping[str, int],
+    cached: Mapping[str, int],
     config: PolicyConfig,
     *,
     turn: int = 0,
@@ -152,11 +117,12 @@ def choose_decode_worker(
 ) -> WorkerSnapshot | None:
     """The decode worker for a request, or None when no decode worker is available.
 
+    ``cached`` maps a worker to the prompt tokens its KV cache already holds.
     kv-aware: lowest cost, where cost is the worker's load (active plus queued
-    sequences), plus ``overlap_weight`` times the uncached fraction of the prompt (when
-    engines cache prefixes), plus a penalty when its free KV cannot hold the request.
-    least-loaded drops the overlap term; round-robin takes ``turn`` modulo the
-    candidates (sorted by key, so the order is stable).
+    sequences), plus ``overlap_weight`` times the uncached fraction of the prompt, plus
+    a penalty when its free KV cannot hold what the request still needs. least-loaded
+    drops the cache term; round-robin takes ``turn`` modulo the candidates (sorted by
+    key, so the order is stable).
     """
     candidates = sorted(
         (w for w in workers if w.serves_decode and w.available and w.key not in exclude),
@@ -166,54 +132,61 @@ def choose_decode_worker(
         return None
     if config.routing is RoutingPolicy.ROUND_ROBIN:
         return candidates[turn % len(candidates)]
-    use_overlap = config.routing is RoutingPolicy.KV_AWARE and config.decode_prefix_cache
-    return min(candidates, key=lambda w: _decode_cost(w, request, overlaps, config, use_overlap))
+    if config.routing is not RoutingPolicy.KV_AWARE:
+        cached = {}
+    return min(candidates, key=lambda w: _decode_cost(w, request, cached.get(w.key, 0), config))
 
 
 def _decode_cost(
-    worker: WorkerSnapshot,
-    request: RouteRequest,
-    overlaps: Mapping[str, int],
-    config: PolicyConfig,
-    use_overlap: bool,
+    worker: WorkerSnapshot, request: RouteRequest, cached_tokens: int, config: PolicyConfig
 ) -> float:
     cost = float(worker.active_sequences + worker.queued_requests)
-    if use_overlap and request.block_hashes:
-        uncached = 1.0 - overlaps.get(worker.key, 0) / len(request.block_hashes)
-        cost += config.overlap_weight * uncached
+    if request.prompt_tokens > 0:
+        cost += config.overlap_weight * (1.0 - cached_tokens / request.prompt_tokens)
     if worker.kv_block_size > 0 and worker.kv_blocks_total > 0:
-        needed_tokens = request.prompt_tokens + request.max_tokens
+        needed_tokens = request.prompt_tokens - cached_tokens + request.max_tokens
         needed_blocks = -(-needed_tokens // worker.kv_block_size)
         if needed_blocks > worker.kv_blocks_free:
             cost += config.kv_shortage_penalty
     return cost
 
 
+def compatible(prefill: WorkerSnapshot, decode_digest: str) -> bool:
+    """Whether ``prefill``'s KV can continue on a decode worker with ``decode_digest``
+    (unknown digests are not held against a worker; the decode worker checks again)."""
+    return (
+        not prefill.config_digest or not decode_digest or (prefill.config_digest == decode_digest)
+    )
+
+
 def choose_prefill_path(
     workers: Iterable[WorkerSnapshot],
     request: RouteRequest,
-    decode_key: str,
-    decode_overlap_blocks: int,
+    decode: WorkerSnapshot,
+    decode_cached_tokens: int,
     config: PolicyConfig,
     *,
     failed_prefill: AbstractSet[str] = frozenset(),
 ) -> tuple[PrefillPath, DecisionReason]:
     """Whether a request prefills on the prefill pool (remote) or its decode worker.
 
+    ``decode_cached_tokens``: prompt tokens the decode worker's cache already holds;
     ``failed_prefill`` lists prefill workers that already failed this request."""
-    pool = [w for w in workers if w.serves_prefill and w.key != decode_key]
+    pool = [w for w in workers if w.serves_prefill and w.key != decode.key]
     if not pool:
         return PrefillPath.LOCAL, DecisionReason.NO_PREFILL_WORKERS
     if request.prompt_tokens < config.min_prefill_tokens:
         return PrefillPath.LOCAL, DecisionReason.SHORT_PROMPT
-    cached_tokens = 0
-    if config.decode_prefix_cache:
-        cached_tokens = decode_overlap_blocks * config.block_tokens
-    if request.prompt_tokens - cached_tokens < config.min_prefill_tokens:
+    if config.routing is not RoutingPolicy.KV_AWARE:
+        decode_cached_tokens = 0
+    if request.prompt_tokens - decode_cached_tokens < config.min_prefill_tokens:
         return PrefillPath.LOCAL, DecisionReason.CACHED_PREFIX
     available = [w for w in pool if w.available]
     if not available:
         return PrefillPath.LOCAL, DecisionReason.PREFILL_UNHEALTHY
+    available = [w for w in available if compatible(w, decode.config_digest)]
+    if not available:
+        return PrefillPath.LOCAL, DecisionReason.PREFILL_INCOMPATIBLE
     untried = [w for w in available if w.key not in failed_prefill]
     if not untried:
         return PrefillPath.LOCAL, DecisionReason.PREFILL_FAILED
@@ -228,45 +201,42 @@ def _saturated(worker: WorkerSnapshot, config: PolicyConfig) -> bool:
 
 def choose_prefill_worker(
     workers: Iterable[WorkerSnapshot],
-    sticky: str | None,
+    request: RouteRequest,
+    cached: Mapping[str, int],
     config: PolicyConfig,
     *,
+    decode_digest: str = "",
     exclude: Container[str] = (),
 ) -> WorkerSnapshot | None:
-    """Least pending prefill tokens, preferring ``sticky`` (the worker that last took
-    this prompt prefix) while its load is within ``affinity_slack_tokens`` of the
-    least loaded one. Saturated workers are skipped."""
+    """The prefill worker that finishes this prompt first: fewest tokens to compute,
+    its pending prefill tokens plus the part of this prompt it does not hold cached
+    (kv-aware; other policies ignore the cache). Saturated workers and workers running
+    another model than the decode worker (``decode_digest``) are skipped."""
     candidates = [
         w
         for w in workers
-        if w.serves_prefill and w.available and w.key not in exclude and not _saturated(w, config)
+        if w.serves_prefill
+        and w.available
+        and w.key not in exclude
+        and not _saturated(w, config)
+        and compatible(w, decode_digest)
     ]
     if not candidates:
         return None
-    least = min(candidates, key=lambda w: (w.queued_prefill_tokens, w.queued_requests, w.key))
-    if sticky is not None and sticky != least.key:
-        for worker in candidates:
-            if worker.key == sticky:
-                slack = worker.queued_prefill_tokens - least.queued_prefill_tokens
-                if slack <= config.affinity_slack_tokens:
-                    return worker
-                break
-    return least
+    if config.routing is not RoutingPolicy.KV_AWARE:
+        cached = {}
 
+    def cost(worker: WorkerSnapshot) -> tuple[int, int, str]:
+        uncached = request.prompt_tokens - cached.get(worker.key, 0)
+        return (worker.queued_prefill_tokens + uncached, worker.queued_requests, worker.key)
 
-def affinity_key(request: RouteRequest, config: PolicyConfig) -> int | None:
-    """The prompt's prefill affinity key: the hash covering its first few blocks."""
-    if not request.block_hashes:
-        return None
-    index = min(config.affinity_blocks, len(request.block_hashes)) - 1
-    return request.block_hashes[index]
+    return min(candidates, key=cost)
 
 
 def choose_route(
     workers: Sequence[WorkerSnapshot],
     request: RouteRequest,
-    overlaps: Mapping[str, int],
-    sticky_prefill: str | None,
+    cached: Mapping[str, int],
     config: PolicyConfig,
     *,
     turn: int = 0,
@@ -275,24 +245,30 @@ def choose_route(
 ) -> RouteDecision | None:
     """The full decision for one request; None when no decode worker is available.
 
-    ``failed_*`` name workers that already failed this request (retries avoid them)."""
+    ``cached`` maps workers to the prompt tokens their KV caches hold; ``failed_*``
+    name workers that already failed this request (retries avoid them)."""
     decode = choose_decode_worker(
-        workers, request, overlaps, config, turn=turn, exclude=failed_decode
+        workers, request, cached, config, turn=turn, exclude=failed_decode
     )
     if decode is None:
         return None
     path, reason = choose_prefill_path(
         workers,
         request,
-        decode.key,
-        overlaps.get(decode.key, 0),
+        decode,
+        cached.get(decode.key, 0),
         config,
         failed_prefill=failed_prefill,
     )
     prefill = None
     if path is PrefillPath.REMOTE:
         prefill = choose_prefill_worker(
-            workers, sticky_prefill, config, exclude=failed_prefill | {decode.key}
+            workers,
+            request,
+            cached,
+            config,
+            decode_digest=decode.config_digest,
+            exclude=failed_prefill | {decode.key},
         )
     if prefill is None:
         if path is PrefillPath.REMOTE:  # defensive: choose_prefill_path saw a candidate

@@ -14,11 +14,19 @@ from typing import Protocol
 
 from tandem.engines.base import SamplingParams
 from tandem.worker.errors import WorkerCallError
-from tandem.worker.types import DecodeChunk, HealthInfo, PrefillReply, RemoteKvHandle, WorkerStats
+from tandem.worker.types import (
+    DecodeChunk,
+    HealthInfo,
+    KvEventBatch,
+    PrefillReply,
+    RemoteKvHandle,
+    WorkerStats,
+)
 
 __all__ = [
     "DecodeChunk",
     "HealthInfo",
+    "KvEventBatch",
     "PrefillReply",
     "RemoteKvHandle",
     "WorkerCallError",
@@ -95,6 +103,11 @@ class WorkerClient(Protocol):
     async def release(self, request_id: str, *, timeout_s: float | None = None) -> bool: ...
 
     async def health(self, *, timeout_s: float | None = None) -> HealthInfo: ...
+
+    def kv_events(self) -> AsyncIterator[KvEventBatch]:
+        """The worker's KV event stream: a snapshot, then every change; long-lived
+        (no deadline), ended by leaving the iteration."""
+        ...
 
     async def stats(self, *, timeout_s: float | None = None) -> WorkerStats: ...
 

@@ -1,7 +1,9 @@
 """The router's I/O shell: lifecycle, admission, views; requests go to ``dispatch``.
 
 Decisions come from ``tandem.router.policy``; health from ``tandem.router.health``;
-each admitted request's calls, retries and fallbacks from ``tandem.router.dispatch``.
+what each worker caches from its KV events (``kv_feed`` into ``kv_index``, Dynamo's
+radix tree); each admitted request's calls, retries and fallbacks from
+``tandem.router.dispatch``.
 Admission is bounded: more than ``max_queued_requests`` waiting for their first token
 (or ``max_active_requests`` in total) -> ``OverloadedError`` (429 + Retry-After); a
 draining router refuses everything new (503) and readiness fails.
@@ -21,6 +23,8 @@ from tandem.router.errors import (
     OverloadedError,
 )
 from tandem.router.health import HealthMonitor
+from tandem.router.kv_feed import KvEventFeed
+from tandem.router.kv_index import KvIndex
 from tandem.router.membership import MembershipSource
 from tandem.router.messages import (
     GenerationChunk,
@@ -47,12 +51,17 @@ class Router:
         config: RouterConfig | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        index: KvIndex | None = None,
     ) -> None:
+        """``index`` holds what each worker caches; a benchmark's baseline passes its
+        own (``tandem.bench.router_memory``)."""
         self._config = config or RouterConfig()
         self._membership = membership
         self._table = WorkerTable(client_factory)
         self._metrics = metrics
         self._clock = clock
+        self.index = index if index is not None else KvIndex()
+        self._feed = KvEventFeed(self.index, metrics)
         self._dispatcher = Dispatcher(
             self._config,
             self._table,
@@ -60,6 +69,8 @@ class Router:
             mark_failed=self._mark_failed,
             spawn=self._spawn_if_running,
             clock=clock,
+            index=self.index,
+            await_round=self.next_round,
         )
         self._health = HealthMonitor(
             self._table,
@@ -67,6 +78,7 @@ class Router:
             metrics,
             timeout_seconds=self.config.health_timeout_seconds,
             forget=self._dispatcher.forget_worker,
+            tokenizer_fingerprint=self.config.tokenizer_fingerprint,
         )
         self._queued = 0  # admitted, first token not yet back
         self._active = 0  # admitted, not finished
@@ -75,6 +87,12 @@ class Router:
         self._idle.set()
         self._background: set[asyncio.Task[None]] = set()
         self._started = False
+        # Health rounds: every interval, and at once when membership changes or a
+        # request finds no usable worker (``next_round``).
+        self._wake = asyncio.Event()
+        self._rounds = 0
+        self._round_done = asyncio.Condition()
+        membership.on_change(self._wake.set)
         metrics.watch(self.pool_loads, lambda: self._active)
 
     @property
@@ -91,18 +109,22 @@ class Router:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Router]:
-        """Poll health in the background for the duration of the context.
+        """Poll health and follow every worker's KV events in the background for the
+        duration of the context.
 
-        Background tasks (the poller, early KV releases) are owned here and cancelled or
-        awaited on exit; exceptions from the body pass through unwrapped."""
-        await self.poll_once()
+        Background tasks (the poller, KV event subscriptions, early KV releases) are
+        owned here and cancelled or awaited on exit; exceptions from the body pass
+        through unwrapped."""
         self._started = True
+        await self.poll_once()
         poller = self._spawn(self._poll_forever())
         try:
             yield self
         finally:
             self._started = False
             poller.cancel()
+            await self._feed.close()
+            await self._membership.close()
             # Releases are bounded by their own timeout; let them finish.
             pending = [t for t in self._background if t is not poller]
             await asyncio.gather(poller, *pending, return_exceptions=True)
@@ -117,7 +139,10 @@ class Router:
 
     async def _poll_forever(self) -> None:
         while True:
-            await asyncio.sleep(self.config.health_interval_seconds)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.health_interval_seconds):
+                    await self._wake.wait()
+            self._wake.clear()
             try:
                 await self.poll_once()
             except Exception:
@@ -125,10 +150,39 @@ class Router:
                 # keeps membership and readiness from freezing on a bug we did not foresee.
                 logger.exception("health round failed; polling again next interval")
                 self._metrics.health_poll_errors.labels("round").inc()
+            async with self._round_done:
+                self._rounds += 1
+                self._round_done.notify_all()
+
+    def _settling(self) -> bool:
+        """Whether the worker set is changing under us: a membership change not adopted
+        yet, or a worker that joined and has not been health-checked."""
+        return self._wake.is_set() or any(
+            state.health is None and state.consecutive_failures == 0 and not state.removed
+            for state in self._table.values()
+        )
+
+    async def next_round(self, timeout_s: float) -> bool:
+        """While the worker set is settling, run a health round now and wait for it (at
+        most ``timeout_s``); True when a request should look for a worker again. False at
+        once when nothing is changing (or the router is not running): waiting would only
+        delay the error."""
+        if not self._started or timeout_s <= 0 or not self._settling():
+            return False
+        async with self._round_done:
+            target = self._rounds + 2 if self._wake.is_set() else self._rounds + 1
+            self._wake.set()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    await self._round_done.wait_for(lambda: self._rounds >= target)
+        return True
 
     async def poll_once(self) -> None:
-        """One health round: adopt membership, then Health + Stats every worker."""
+        """One health round: adopt membership, then Health + Stats every worker; while
+        running, subscribe to new workers' KV events and drop those that left."""
         await self._health.poll_once()
+        if self._started:
+            self._feed.sync(self._table.values())
 
     def _mark_failed(self, state: WorkerState, exc: WorkerCallError) -> None:
         self._health.mark_failed(state, exc)

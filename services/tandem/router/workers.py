@@ -66,6 +66,7 @@ class WorkerState:
             kv_blocks_free=stats.kv_blocks_free,
             kv_blocks_total=stats.kv_blocks_total,
             kv_block_size=stats.kv_block_size,
+            config_digest=self.health.config_digest if self.health else "",
         )
 
 

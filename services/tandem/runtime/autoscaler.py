@@ -59,6 +59,7 @@ from tandem.runtime.scaling_record import (
     write_record,
 )
 from tandem.runtime.supervisor import StartupError
+from tandem.security import CredentialStore
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +117,9 @@ class LocalAutoscaler:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         progress: Callable[[str], None] | None = None,
+        credentials: CredentialStore | None = None,
     ) -> None:
+        """``credentials``: the cluster's, for the Drain RPC to retiring workers."""
         self._target = target
         self._progress = progress or (lambda line: None)
         self._base = frontend_url.rstrip("/")
@@ -132,7 +135,9 @@ class LocalAutoscaler:
         self._previous: dict[PoolRole, LoadSample] = {}
         self._windows = {role: SampleWindow() for role in PoolRole}
         self._next_at: float | None = None
-        self._drainer = Drainer(f"{self._base}/readyz", drain_grace_s, fetch=fetch)
+        self._drainer = Drainer(
+            f"{self._base}/readyz", drain_grace_s, fetch=fetch, credentials=credentials
+        )
         self.record = AutoscalingRecord(interval_seconds=self._interval)
         self._save()  # replaces a record left by an earlier run
 

@@ -32,6 +32,8 @@ import grpc
 from tandem.autoscale.exposition import parse_worker_loads
 from tandem.proto import worker_pb2 as pb
 from tandem.proto import worker_pb2_grpc
+from tandem.security import CredentialStore
+from tandem.security.grpc_tls import channel_credentials, secure_channel_options
 
 logger = logging.getLogger(__name__)
 
@@ -62,9 +64,19 @@ def fetch_url(url: str, timeout_s: float) -> bytes:
         raise
 
 
-def request_drain(address: str, grace_s: float) -> int:
+def open_sync_channel(address: str, credentials: CredentialStore | None) -> grpc.Channel:
+    """A blocking channel to a local worker: mutual TLS with the cluster's credentials."""
+    if credentials is None:
+        return grpc.insecure_channel(address)
+    material = credentials.current()
+    return grpc.secure_channel(
+        address, channel_credentials(material), options=secure_channel_options(material)
+    )
+
+
+def request_drain(address: str, grace_s: float, credentials: CredentialStore | None) -> int:
     """The worker's ``Drain`` RPC (synchronous gRPC: this runs in a plain thread)."""
-    with grpc.insecure_channel(address) as channel:
+    with open_sync_channel(address, credentials) as channel:
         stub = worker_pb2_grpc.WorkerStub(channel)  # type: ignore[no-untyped-call]
         reply = stub.Drain(pb.DrainRequest(grace_seconds=grace_s), timeout=grace_s + RPC_SLACK_S)
     return int(reply.in_flight)
@@ -79,13 +91,14 @@ def drain_worker(
     closing: threading.Event,
     fetch: Fetch = fetch_url,
     clock: Callable[[], float] = time.monotonic,
+    credentials: CredentialStore | None = None,
 ) -> DrainResult:
     """Steps 1 and 2 of the module doc; returns what was still in flight at the end."""
     started = clock()
     deadline = started + grace_s
     left = 0
     try:
-        left = request_drain(address, grace_s)
+        left = request_drain(address, grace_s, credentials)
     except grpc.RpcError as exc:
         # Already gone or unreachable: the router's view below still says when it is idle.
         logger.warning("drain of %s (%s) failed: %s", name, address, exc)
@@ -109,7 +122,15 @@ def drain_worker(
 class Drainer:
     """Runs :func:`drain_worker` for each retiring worker in a small thread pool."""
 
-    def __init__(self, readyz_url: str, grace_s: float, *, fetch: Fetch = fetch_url) -> None:
+    def __init__(
+        self,
+        readyz_url: str,
+        grace_s: float,
+        *,
+        fetch: Fetch = fetch_url,
+        credentials: CredentialStore | None = None,
+    ) -> None:
+        self._credentials = credentials
         self._readyz_url = readyz_url
         self._grace_s = grace_s
         self._fetch = fetch
@@ -132,6 +153,7 @@ class Drainer:
             self._grace_s,
             closing=self._closing,
             fetch=self._fetch,
+            credentials=self._credentials,
         )
 
     def collect(self) -> list[DrainResult]:

@@ -6,21 +6,31 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
+from urllib.parse import urlsplit
 
 from tandem.api.v1alpha1 import InferenceCluster, KvBackend
 from tandem.devcluster.ports import allocate_ports
 from tandem.devcluster.processes import ProcessRecord, is_running, stop
+from tandem.errors import already_running
+from tandem.portcheck import PortError, PortInUseError, check_port_free
 from tandem.runtime.autoscaler import LocalAutoscaler, autoscales_locally
 from tandem.runtime.plan import LOCAL_HOST, WORKER_MODULE, count_workers, plan_local
-from tandem.runtime.state import Phase, cluster_dir, read_state, state_path
+from tandem.runtime.state import (
+    ClusterState,
+    Phase,
+    cluster_dir,
+    list_clusters,
+    read_state,
+    state_path,
+)
 from tandem.runtime.supervisor import StartupError, Supervisor
+from tandem.security import CredentialStore
 
 Progress = Callable[[str], None]
 
@@ -33,13 +43,19 @@ class _Stop(Exception):
     """SIGTERM or SIGHUP arrived: shut down like Ctrl-C."""
 
 
+def _running_message(name: str, state: ClusterState) -> str:
+    return already_running(
+        f"cluster {name!r}",
+        pid=state.supervisor_pid,
+        port=urlsplit(state.endpoint).port,
+        fix=f"`tandem down --name {name}`",
+    )
+
+
 def check_not_running(directory: Path, name: str) -> None:
     state = read_state(directory)
     if state is not None and is_running(state.supervisor):
-        raise LaunchError(
-            f"cluster {name!r} is already running at {state.endpoint} "
-            f"(supervisor pid {state.supervisor_pid}); run `tandem down --name {name}` first"
-        )
+        raise LaunchError(_running_message(name, state))
 
 
 def _claim_state_dir(name: str, home: Path | None) -> Path:
@@ -50,17 +66,39 @@ def _claim_state_dir(name: str, home: Path | None) -> Path:
     return directory
 
 
-def choose_port(requested: int) -> int:
+_OTHER_PORT = "pass --port N (0 picks a free one)"
+
+
+def choose_port(requested: int, home: Path | None = None) -> int:
+    """``requested``, once it is free to listen on (0: any free port); else LaunchError
+    naming what holds it (another local cluster when it is one)."""
     if requested == 0:
         return allocate_ports(1)[0]
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((LOCAL_HOST, requested))
-        except OSError:
-            raise LaunchError(
-                f"port {requested} on {LOCAL_HOST} is in use; pass --port N (0 picks a free one)"
-            ) from None
+    try:
+        check_port_free(LOCAL_HOST, requested)
+    except PortInUseError as exc:
+        owner = _local_cluster_of(exc.holder.pid, home) if exc.holder else None
+        if owner is None:
+            raise LaunchError(f"{exc}: stop it, or {_OTHER_PORT}") from None
+        name, state = owner
+        raise LaunchError(
+            f"{_running_message(name, state)}; or {_OTHER_PORT} to run beside it"
+        ) from None
+    except PortError as exc:
+        raise LaunchError(f"{exc}; {_OTHER_PORT}") from None
     return requested
+
+
+def _local_cluster_of(pid: int, home: Path | None) -> tuple[str, ClusterState] | None:
+    """The local cluster whose supervisor or frontend is process ``pid``, if any."""
+    for name in list_clusters(home):
+        state = read_state(cluster_dir(name, home))
+        if state is None:
+            continue
+        pids = {state.supervisor_pid, *([state.frontend.pid] if state.frontend else [])}
+        if pid in pids:
+            return name, state
+    return None
 
 
 def _kv_backend(cluster: InferenceCluster, progress: Progress) -> str | None:
@@ -88,7 +126,7 @@ def run_foreground(
     plan = plan_local(
         cluster,
         state_dir=directory,
-        frontend_port=choose_port(port),
+        frontend_port=choose_port(port, home),
         worker_ports=allocate_ports(count_workers(cluster)),
         python=sys.executable,
         worker_module=worker_module,
@@ -111,6 +149,7 @@ def run_foreground(
                     frontend_url=plan.endpoint.removesuffix("/v1"),
                     state_dir=directory,
                     progress=progress,
+                    credentials=CredentialStore(plan.credentials_dir),
                 )
                 supervisor.tick_hooks.append(autoscaler)
                 interval = cluster.spec.autoscaling.interval_seconds
@@ -148,6 +187,8 @@ def detach(
     """Start a supervisor in the background; relay its progress until ready or failed."""
     name = cluster.metadata.name
     directory = _claim_state_dir(name, home)
+    if port:  # refuse a taken port here, in one line, rather than in the background's log
+        choose_port(port, home)
     state_path(directory).unlink(missing_ok=True)
     log_path = directory / "supervisor.log"
     env = dict(os.environ)

@@ -4,7 +4,10 @@ The plan names every process (frontend, ``prefill-0``..., ``decode-0``...), its 
 line, environment, port and log file, and the documents to write before starting them
 (the frontend's configuration -- the same contract document the operator mounts in
 pods -- and the worker membership file the frontend watches). Ports are inputs:
-choosing free ones is I/O and happens in the launcher.
+choosing free ones is I/O and happens in the launcher. Every process gets
+``--credentials <state dir>/credentials``: the cluster's own CA bundle and member
+certificate, which the supervisor issues when it starts the cluster, so frontend and
+workers talk mutual TLS even on one machine.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tandem.api.v1alpha1 import InferenceCluster, PoolRole, PoolSpec
+from tandem.api.v1alpha1 import EngineKind, InferenceCluster, PoolRole, PoolSpec
+from tandem.engines.simulated.config import render_simulated_options
 from tandem.frontend.config import render_frontend_config
 from tandem.router.membership import Member, render_members
 from tandem.router.policy import WorkerRole
+from tandem.tokenization.selection import choose_tokenizer
 
 LOCAL_HOST = "127.0.0.1"
 WORKER_MODULE = "tandem.worker"
@@ -33,10 +38,12 @@ class ProcessSpec:
     port: int
     log: Path
     env: tuple[tuple[str, str], ...] = ()
+    # Where peers reach it: loopback, unless a fault test placed it in a network namespace.
+    host: str = LOCAL_HOST
 
     @property
     def address(self) -> str:
-        return f"{LOCAL_HOST}:{self.port}"
+        return f"{self.host}:{self.port}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +77,15 @@ class LocalPlan:
     @property
     def members_file(self) -> Path:
         return self.state_dir / "members.json"
+
+    @property
+    def credentials_dir(self) -> Path:
+        return credentials_dir(self.state_dir)
+
+
+def credentials_dir(state_dir: Path) -> Path:
+    """Where a local cluster's credentials live (written by the supervisor, 0600)."""
+    return state_dir / "credentials"
 
 
 def count_workers(cluster: InferenceCluster) -> int:
@@ -124,6 +140,7 @@ def plan_local(
             "--config", str(frontend_config),
             "--host", LOCAL_HOST,
             "--port", str(frontend_port),
+            "--credentials", str(credentials_dir(state_dir)),
         ),
         port=frontend_port,
         log=state_dir / "logs" / "frontend.log",
@@ -162,6 +179,13 @@ def plan_worker(
     pool = _pool_spec(cluster, role)
     name = f"{role.value}-{index}"
     options = _merge(spec.engine.options.as_dict(), pool.engine_options.as_dict())
+    if spec.engine.kind is EngineKind.SIMULATED:
+        options = render_simulated_options(
+            options,
+            model=spec.model.name,
+            accelerator=spec.accelerator.profile,
+            tensor_parallel_size=pool.tensor_parallel_size,
+        )
     ucx = spec.kv_transfer.ucx_transports
     # Every local process talks over loopback only: without this UCX also opens
     # connections on the host's other interfaces.
@@ -177,15 +201,25 @@ def plan_worker(
             "--worker-id", f"{cluster.metadata.name}-{name}",
             "--host", LOCAL_HOST,
             "--port", str(port),
+            "--credentials", str(credentials_dir(state_dir)),
             "--engine", spec.engine.kind.value,
             "--engine-options", json.dumps(options, sort_keys=True),
+            *_tokenizer_flags(cluster),
             "--kv-backend", kv_backend or spec.kv_transfer.backend.value,
             "--kv-transfer-timeout-s", str(spec.kv_transfer.timeout_seconds),
+            *(("--model-source", spec.model.source) if spec.model.source else ()),
         ),
         port=port,
         log=state_dir / "logs" / f"{name}.log",
         env=env,
     )  # fmt: skip
+
+
+def _tokenizer_flags(cluster: InferenceCluster) -> tuple[str, ...]:
+    """The tokenizer the spec selects, as the frontend selects it from the same spec."""
+    choice = choose_tokenizer(cluster.spec.model, cluster.spec.engine.kind)
+    flags: tuple[str, ...] = ("--tokenizer", choice.kind.value)
+    return flags + (("--tokenizer-source", choice.source) if choice.source else ())
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ Functions registered in ``tick_hooks`` run on every supervision round.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -28,6 +29,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from tandem.api.v1alpha1 import InferenceCluster, PoolRole
@@ -37,6 +39,8 @@ from tandem.router.membership import Member, write_members
 from tandem.router.policy import WorkerRole
 from tandem.runtime.plan import LocalPlan, ProcessSpec, plan_worker
 from tandem.runtime.state import ClusterState, Phase, ProcessState, write_state
+from tandem.security import CredentialBundle, issue, write_bundle
+from tandem.security.credentials import utc_now
 
 _POLL_S = 0.1
 _MAX_BACKOFF_S = 30.0
@@ -78,8 +82,10 @@ class Supervisor:
         python: str,
         startup_timeout_s: float = 600.0,
         stop_grace_s: float = 15.0,
+        now: Callable[[], datetime] = utc_now,
     ) -> None:
         self.plan = plan
+        self._now = now
         self._cluster = cluster
         self._progress = progress
         self._python = python
@@ -95,11 +101,13 @@ class Supervisor:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        """Write documents, start workers then the frontend, return once ready."""
+        """Write documents and fresh credentials, start workers then the frontend, return
+        once ready."""
         plan = self.plan
         (plan.state_dir / "logs").mkdir(parents=True, exist_ok=True)
         for path, text in plan.documents.items():
             path.write_text(text)
+        write_bundle(plan.credentials_dir, CredentialBundle.of(issue(plan.cluster, self._now())))
         self._save()
         deadline = time.monotonic() + self._startup_timeout_s
         sizes = ", ".join(f"{len(p.workers)} {r.value}" for r, p in plan.pools.items())
@@ -114,6 +122,9 @@ class Supervisor:
         self._progress("waiting for the frontend to see a healthy decode worker")
         while not frontend_ready(plan.endpoint):
             self._check_alive([self._children["frontend"]])
+            refused = frontend_refusals(plan.endpoint)
+            if refused:  # never heals by waiting: the processes disagree on the model
+                raise StartupError(f"the frontend refuses a worker: {refused[0]}")
             if time.monotonic() > deadline:
                 raise StartupError("the frontend never became ready (see logs/frontend.log)")
             time.sleep(_POLL_S)
@@ -323,6 +334,27 @@ def frontend_ready(endpoint: str, timeout_s: float = 1.0) -> bool:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError):
         return False
+
+
+def frontend_refusals(endpoint: str, timeout_s: float = 1.0) -> list[str]:
+    """Why the frontend refuses workers for good (a tokenizer other than its own)."""
+    url = endpoint.removesuffix("/v1") + "/readyz"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            body = json.loads(response.read())
+    except urllib.error.HTTPError as error:  # 503 while not ready still has the body
+        try:
+            body = json.loads(error.read())
+        except ValueError:
+            return []
+    except (urllib.error.URLError, OSError, ValueError):
+        return []
+    workers = body.get("workers", []) if isinstance(body, dict) else []
+    return [
+        f"{w.get('address')}: {w['last_error']}"
+        for w in workers
+        if isinstance(w, dict) and "tokenizer mismatch" in str(w.get("last_error", ""))
+    ]
 
 
 def _printed_ready(child: _Child) -> bool:

@@ -5,7 +5,8 @@ replacement: the GPU fell off the bus (NVML reports it lost), the driver counted
 uncorrected ECC errors since it loaded, or NVML delivered a critical XID event that is
 not an application error. The application-error XIDs (13, 31, 43, 45, 68, 109) are the
 ones NVIDIA's Kubernetes device plugin also skips by default: a crashing CUDA program
-causes them, not the hardware. Thermal throttling is reported as a warning only.
+causes them, not the hardware. Thermal and power throttling slow a GPU without breaking
+it: they are warnings (and metrics), never a reason to stop serving.
 
 No NVML library, no driver or no GPU is not a failure: CPU workers report "no GPU" and
 stay healthy.
@@ -31,6 +32,8 @@ class GpuSample:
     slowdown_temperature_celsius: int | None = None
     # Uncorrected ECC errors since the driver loaded; None where ECC is unsupported/off.
     ecc_uncorrected_errors: int | None = None
+    # Why the clocks are held down right now: "thermal", "power" (empty: they are not).
+    throttled: tuple[str, ...] = ()
     lost: bool = False
 
 
@@ -84,6 +87,8 @@ def judge_health(
         temperature, limit = gpu.temperature_celsius, gpu.slowdown_temperature_celsius
         if temperature is not None and limit is not None and temperature >= limit:
             warnings.append(f"{label} is at {temperature} C, at or above its slowdown {limit} C")
+        for cause in gpu.throttled:
+            warnings.append(f"{label} is {cause}-throttled")
     for index, counts in sorted((xid_counts or {}).items()):
         fatal = sorted(x for x, n in counts.items() if n and x not in APPLICATION_XIDS)
         if fatal:

@@ -8,6 +8,8 @@ Series (read from NVML at scrape time; ``gpu`` is the NVML index, a bounded labe
 * ``tandem_gpu_utilization_ratio{gpu}`` — 0..1, busy time of the last sample period
 * ``tandem_gpu_temperature_celsius{gpu}``
 * ``tandem_gpu_ecc_uncorrected_errors_total{gpu}`` — since the driver loaded
+* ``tandem_gpu_throttled{gpu,reason}`` — 1 while clocks are held down for ``thermal`` or
+  ``power`` reasons, else 0
 * ``tandem_gpu_xid_errors_total{gpu,xid}`` — critical XIDs since the worker started
 * ``tandem_gpu_healthy`` — 1 healthy (or no GPU), 0 when a GPU failed
 """
@@ -88,9 +90,14 @@ def _per_gpu(snapshot: GpuSnapshot) -> Iterator[Metric]:
         "Uncorrected ECC errors since the driver loaded",
         labels=["gpu"],
     )
+    throttled = GaugeMetricFamily(
+        "tandem_gpu_throttled", "1 while clocks are held down, by cause", labels=["gpu", "reason"]
+    )
     for gpu in snapshot.gpus:
         label = [str(gpu.index)]
         info.add_metric([str(gpu.index), gpu.uuid, gpu.name], 1.0)
+        for cause in ("thermal", "power"):
+            throttled.add_metric([str(gpu.index), cause], 1.0 if cause in gpu.throttled else 0.0)
         for family, value in (
             (used, gpu.memory_used_bytes),
             (total, gpu.memory_total_bytes),
@@ -100,7 +107,7 @@ def _per_gpu(snapshot: GpuSnapshot) -> Iterator[Metric]:
         ):
             if value is not None:
                 family.add_metric(label, float(value))
-    yield from (info, used, total, busy, temp, ecc)
+    yield from (info, used, total, busy, temp, ecc, throttled)
 
 
 def register_gpu_metrics(registry: CollectorRegistry, monitor: GpuMonitor) -> GpuCollector:

@@ -8,6 +8,7 @@ Functions used, as in nvidia-ml-py 13.615.71 (``pynvml.py``): ``nvmlInit()``,
 ``nvmlDeviceGetTemperature(h, NVML_TEMPERATURE_GPU)``,
 ``nvmlDeviceGetTemperatureThreshold(h, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)``,
 ``nvmlDeviceGetTotalEccErrors(h, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC)``,
+``nvmlDeviceGetCurrentClocksEventReasons(h)`` (a bit mask: ``nvmlClocksEventReason*``),
 ``nvmlEventSetCreate()``, ``nvmlDeviceRegisterEvents(h, nvmlEventTypeXidCriticalError,
 set)``, ``nvmlEventSetWait_v2(set, timeout_ms)`` (``.device``, ``.eventData`` = XID),
 ``nvmlEventSetFree(set)``. Errors are ``NVMLError`` subclasses whose ``.value`` is the
@@ -42,6 +43,11 @@ class NvmlModule(Protocol):
     NVML_MEMORY_ERROR_TYPE_UNCORRECTED: int
     NVML_VOLATILE_ECC: int
     nvmlEventTypeXidCriticalError: int
+    nvmlClocksEventReasonSwPowerCap: int
+    nvmlClocksEventReasonHwSlowdown: int
+    nvmlClocksEventReasonSwThermalSlowdown: int
+    nvmlClocksEventReasonHwThermalSlowdown: int
+    nvmlClocksEventReasonHwPowerBrakeSlowdown: int
 
     def nvmlInit(self) -> None: ...
     def nvmlShutdown(self) -> None: ...
@@ -56,6 +62,7 @@ class NvmlModule(Protocol):
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int: ...
     def nvmlDeviceGetTemperatureThreshold(self, handle: Any, threshold: int) -> int: ...
     def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter: int) -> int: ...
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int: ...
     def nvmlEventSetCreate(self) -> Any: ...
     def nvmlDeviceRegisterEvents(self, handle: Any, event_types: int, event_set: Any) -> None: ...
     def nvmlEventSetWait_v2(self, event_set: Any, timeout_ms: int) -> Any: ...
@@ -154,6 +161,7 @@ class NvmlSession:
                 handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC
             )
         )
+        reasons = read(lambda: nvml.nvmlDeviceGetCurrentClocksEventReasons(handle))
         return GpuSample(
             index=index,
             uuid=str(uuid) if uuid is not None else "unknown",
@@ -164,5 +172,25 @@ class NvmlSession:
             temperature_celsius=temperature,
             slowdown_temperature_celsius=slowdown,
             ecc_uncorrected_errors=ecc,
+            throttled=throttle_causes(nvml, reasons) if reasons is not None else (),
             lost=lost,
         )
+
+
+def throttle_causes(nvml: NvmlModule, reasons: int) -> tuple[str, ...]:
+    """ "thermal" and/or "power" from a clocks-event-reasons mask (pure). Idle, sync boost
+    and application-clock settings are not throttling; HW slowdown is NVIDIA's catch-all
+    for thermal or power-brake events, so it counts as both causes' evidence only through
+    the specific bits, and as "thermal" alone when no specific bit is set."""
+    thermal = (
+        nvml.nvmlClocksEventReasonSwThermalSlowdown | nvml.nvmlClocksEventReasonHwThermalSlowdown
+    )
+    power = nvml.nvmlClocksEventReasonSwPowerCap | nvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
+    causes = []
+    if reasons & thermal or (
+        reasons & nvml.nvmlClocksEventReasonHwSlowdown and not reasons & power
+    ):
+        causes.append("thermal")
+    if reasons & power:
+        causes.append("power")
+    return tuple(causes)

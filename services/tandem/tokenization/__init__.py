@@ -1,7 +1,7 @@
 """Tokenizers: text <-> token ids, chat templating, streaming detokenization."""
 
 from tandem.tokenization.byte_tokenizer import SPECIAL_TOKENS, ByteTokenizer
-from tandem.tokenization.detokenizer import ByteStreamDetokenizer
+from tandem.tokenization.detokenizer import StreamDetokenizer
 from tandem.tokenization.protocol import (
     ChatMessage,
     IncrementalDetokenizer,
@@ -11,10 +11,10 @@ from tandem.tokenization.protocol import (
 
 __all__ = [
     "SPECIAL_TOKENS",
-    "ByteStreamDetokenizer",
     "ByteTokenizer",
     "ChatMessage",
     "IncrementalDetokenizer",
+    "StreamDetokenizer",
     "TokenizationError",
     "Tokenizer",
 ]

@@ -11,12 +11,14 @@ unambiguous.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
-from tandem.tokenization.detokenizer import ByteStreamDetokenizer
-from tandem.tokenization.protocol import ChatMessage, TokenizationError
+from tandem.tokenization.chat_output import PlainChatOutput
+from tandem.tokenization.detokenizer import StreamDetokenizer
+from tandem.tokenization.protocol import ChatMessage, TokenizationError, replace_lone_surrogates
 
 NUM_BYTE_TOKENS = 256
 
@@ -32,7 +34,6 @@ SPECIAL_TOKENS: tuple[str, ...] = (BOS, END_OF_TEXT, START, MESSAGE, END, RETURN
 
 # Roles are short lowercase words so a rendered transcript reads like harmony's.
 _ROLE_PATTERN = re.compile(r"[a-z][a-z0-9_\-]{0,31}")
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class ByteTokenizer:
@@ -68,6 +69,9 @@ class ByteTokenizer:
     def stop_token_ids(self) -> tuple[int, ...]:
         return (self._special_ids[END], self._special_ids[RETURN], self._special_ids[END_OF_TEXT])
 
+    def content_digest(self) -> str:
+        return hashlib.sha256("\x00".join((self.name, *SPECIAL_TOKENS)).encode()).hexdigest()
+
     def token_id(self, special: str) -> int:
         """The id of a special token given its text, e.g. ``token_id("<|end|>")``."""
         try:
@@ -84,7 +88,7 @@ class ByteTokenizer:
         try:
             encoded = text.encode("utf-8")
         except UnicodeEncodeError:
-            encoded = _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8")
+            encoded = replace_lone_surrogates(text).encode("utf-8")
         ids = list(encoded)
         return [self.bos_token_id, *ids] if add_bos else ids
 
@@ -104,12 +108,12 @@ class ByteTokenizer:
         pieces.append(pending.decode("utf-8", errors="replace"))
         return "".join(pieces)
 
-    def detokenizer(self, *, skip_special_tokens: bool = True) -> ByteStreamDetokenizer:
+    def detokenizer(self, *, skip_special_tokens: bool = True) -> StreamDetokenizer:
         def special_text(token_id: int) -> str | None:
             name = self._special_name(token_id)
             return None if skip_special_tokens else name
 
-        return ByteStreamDetokenizer(num_byte_tokens=NUM_BYTE_TOKENS, special_text=special_text)
+        return StreamDetokenizer(token_bytes=_byte_of, special_text=special_text)
 
     def apply_chat_template(
         self, messages: Sequence[ChatMessage], *, add_generation_prompt: bool = True
@@ -132,6 +136,9 @@ class ByteTokenizer:
             ids.append(message)
         return ids
 
+    def chat_output(self) -> PlainChatOutput:
+        return PlainChatOutput(self.detokenizer())
+
     def _special_name(self, token_id: int) -> str:
         try:
             return self._special_names[token_id]
@@ -139,6 +146,10 @@ class ByteTokenizer:
             raise TokenizationError(
                 f"token id {token_id} is outside the vocabulary (0..{self.vocab_size - 1})"
             ) from None
+
+
+def _byte_of(token_id: int) -> bytes | None:
+    return bytes((token_id,)) if 0 <= token_id < NUM_BYTE_TOKENS else None
 
 
 def _checked_role(role: str) -> str:

@@ -1,4 +1,4 @@
-"""Incremental detokenization for byte-level vocabularies."""
+"""Incremental detokenization for vocabularies whose tokens are byte strings."""
 
 from __future__ import annotations
 
@@ -6,31 +6,33 @@ import codecs
 from collections.abc import Callable, Iterable
 
 
-class ByteStreamDetokenizer:
-    """Streams text from byte tokens, holding back incomplete UTF-8 sequences.
+class StreamDetokenizer:
+    """Streams text from token ids, holding back incomplete UTF-8 sequences.
 
-    ``special_text`` maps a non-byte token id to the text it renders as, or ``None`` to
-    drop it. A rendered special token ends any pending byte sequence first, exactly as
-    whole-sequence decoding splits the byte stream at visible special tokens.
+    ``token_bytes`` maps an ordinary token to its bytes and returns ``None`` for a
+    special token; ``special_text`` maps a special token to the text it renders as, or
+    ``None`` to drop it. A rendered special token ends any pending byte sequence first,
+    exactly as whole-sequence decoding splits the byte stream at visible special tokens.
     """
+
+    __slots__ = ("_decoder", "_special_text", "_token_bytes")
 
     def __init__(
         self,
         *,
-        num_byte_tokens: int,
+        token_bytes: Callable[[int], bytes | None],
         special_text: Callable[[int], str | None],
     ) -> None:
-        self._num_byte_tokens = num_byte_tokens
+        self._token_bytes = token_bytes
         self._special_text = special_text
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def push(self, token_id: int) -> str:
-        if 0 <= token_id < self._num_byte_tokens:
-            return self._decoder.decode(bytes((token_id,)))
+        data = self._token_bytes(token_id)
+        if data is not None:
+            return self._decoder.decode(data)
         text = self._special_text(token_id)
-        if text is None:
-            return ""
-        return self.flush() + text
+        return "" if text is None else self.flush() + text
 
     def push_many(self, token_ids: Iterable[int]) -> str:
         return "".join(self.push(token_id) for token_id in token_ids)

@@ -1,37 +1,43 @@
 """gpt-oss's harmony chat format behind the ``Tokenizer`` protocol, fully offline.
 
-Uses ``openai-harmony`` (the ``gpu`` extra; 0.0.8 at the time of writing). Its
-``o200k_harmony`` encoding is built from the ``o200k_base.tiktoken`` vocabulary, which
-the library normally downloads. Tandem never lets it: the file must already be on disk
-(next to the model, or in an encodings directory), its SHA-256 is checked against the
-hash openai-harmony expects, and the library is pointed at it through its
-``TIKTOKEN_ENCODINGS_BASE`` variable (read by ``load_harmony_encoding``). A missing or
-wrong file fails with the path and what to put there.
+Uses ``openai-harmony`` (0.0.8 when written) for rendering prompts, parsing responses
+and its ``o200k_harmony`` encoding. That encoding is built from the
+``o200k_base.tiktoken`` vocabulary, which the library would download. Tandem never lets
+it: by default the file is rebuilt from a PyPI wheel into a cache directory
+(``tandem.tokenization.o200k``); a directory holding the file can be given instead. Either
+way its SHA-256 is checked against the hash openai-harmony expects, and the library is
+pointed at it through ``TIKTOKEN_ENCODINGS_BASE``, the variable ``load_harmony_encoding``
+reads (openai/harmony ``src/tiktoken_ext/public_encodings.rs``). A missing or wrong file
+fails with the path and what to do.
 
 Chat messages map to harmony as gpt-oss's own chat template does: one system message
 (harmony's defaults), OpenAI ``system``/``developer`` messages become the developer
 instructions, assistant turns are ``final``-channel messages, and a generation prompt
-opens an assistant turn.
+opens an assistant turn. Generation stops at harmony's stop tokens for assistant
+actions (``<|return|>``, ``<|call|>``) -- not at ``<|end|>``, which closes the
+``analysis`` message before the answer. Responses are parsed by
+``tandem.tokenization.harmony_output``.
 """
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import importlib
+import importlib.metadata
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import Any, Protocol
 
+from tandem.tokenization.detokenizer import StreamDetokenizer
+from tandem.tokenization.harmony_output import HarmonyChatOutput
+from tandem.tokenization.o200k import O200K_FILE, O200K_SHA256, ensure_o200k
 from tandem.tokenization.protocol import ChatMessage, TokenizationError
 
-VOCAB_FILE = "o200k_base.tiktoken"
-# SHA-256 openai-harmony 0.0.8 requires of o200k_base.tiktoken (it refuses other files).
-VOCAB_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
-VOCAB_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
+# The hash openai-harmony 0.0.8 requires of o200k_base.tiktoken (it refuses other files).
+VOCAB_FILE, VOCAB_SHA256 = O200K_FILE, O200K_SHA256
 ENCODINGS_ENV = "TIKTOKEN_ENCODINGS_BASE"
 HARMONY_GPT_OSS = "HarmonyGptOss"
 # gpt-oss's config.json: the embedding table is padded to 201,088 rows.
@@ -86,9 +92,8 @@ def find_vocab_file(*directories: str | Path) -> Path:
             return path
     tried = ", ".join(str(p) for p in candidates) or "(no directory given)"
     raise HarmonyLoadError(
-        f"the harmony tokenizer needs {VOCAB_FILE}; looked for {tried}. Download {VOCAB_URL} "
-        "into the model directory (or an encodings directory) on a machine with internet "
-        "access and ship it with the model"
+        f"the harmony tokenizer needs {VOCAB_FILE}; looked for {tried}. Put the file there, "
+        "or give no directory to have Tandem rebuild it from the quicktok-v1 wheel"
     )
 
 
@@ -97,7 +102,8 @@ def check_vocab_file(path: Path) -> None:
     if digest != VOCAB_SHA256:
         raise HarmonyLoadError(
             f"{path} has SHA-256 {digest}, but openai-harmony needs the o200k_base vocabulary "
-            f"with SHA-256 {VOCAB_SHA256}; replace it with a fresh copy of {VOCAB_URL}"
+            f"with SHA-256 {VOCAB_SHA256}; replace it (or give no directory to have Tandem "
+            "rebuild it from the quicktok-v1 wheel)"
         )
 
 
@@ -106,14 +112,14 @@ def import_openai_harmony() -> ModuleType:
         return importlib.import_module("openai_harmony")
     except ImportError as error:
         raise HarmonyLoadError(
-            "the harmony tokenizer needs openai-harmony: pip install 'tandem[gpu]'"
+            "the harmony tokenizer needs openai-harmony: pip install 'openai-harmony>=0.0.8,<0.1'"
         ) from error
 
 
 def load_harmony_tokenizer(*directories: str | Path, verify_hash: bool = True) -> HarmonyTokenizer:
-    """Build the gpt-oss tokenizer from local files only (see the module docstring)."""
-    searched = directories or tuple(filter(None, [os.environ.get(ENCODINGS_ENV)]))
-    vocab = find_vocab_file(*searched)
+    """Build the gpt-oss tokenizer from local files only: ``o200k_base.tiktoken`` from
+    one of ``directories``, else rebuilt into Tandem's cache (see the module docstring)."""
+    vocab = find_vocab_file(*directories) if directories else ensure_o200k() / VOCAB_FILE
     if verify_hash:
         check_vocab_file(vocab)
     harmony = import_openai_harmony()
@@ -129,24 +135,30 @@ def load_harmony_tokenizer(*directories: str | Path, verify_hash: bool = True) -
                 os.environ.pop(ENCODINGS_ENV, None)
             else:
                 os.environ[ENCODINGS_ENV] = previous
-    return HarmonyTokenizer(encoding, harmony)
+    return HarmonyTokenizer(encoding, harmony, hashlib.sha256(vocab.read_bytes()).hexdigest())
 
 
 class HarmonyTokenizer:
     """``Tokenizer`` over a harmony encoding (``openai_harmony`` passed in for its
     message types)."""
 
-    def __init__(self, encoding: HarmonyEncodingLike, harmony: ModuleType) -> None:
+    def __init__(
+        self, encoding: HarmonyEncodingLike, harmony: ModuleType, vocab_sha256: str = VOCAB_SHA256
+    ) -> None:
         self._encoding = encoding
         self._harmony = harmony
-        specials = {
-            text: encoding.encode(text, allowed_special={text})[0]
-            for text in sorted(encoding.special_tokens_set)
-        }
+        # One encode of all special texts in a row (one id each): encoding them one by
+        # one costs ~40 ms apiece in openai-harmony 0.0.8, and there are 1,091.
+        names = sorted(encoding.special_tokens_set)
+        ids = encoding.encode("".join(names), allowed_special="all")
+        if len(ids) != len(names):
+            raise HarmonyLoadError(f"{encoding.name}: special tokens do not encode one id each")
+        specials = dict(zip(names, ids, strict=True))
         self._specials: Mapping[str, int] = MappingProxyType(specials)
         self._special_names = {v: k for k, v in specials.items()}
-        stops = encoding.stop_tokens_for_assistant_actions() + encoding.stop_tokens()
-        self._stops = tuple(dict.fromkeys(stops))
+        # Sorted: openai-harmony returns them in a per-process (hash) order.
+        self._stops = tuple(sorted(set(encoding.stop_tokens_for_assistant_actions())))
+        self._vocab_sha256 = vocab_sha256
 
     @property
     def name(self) -> str:
@@ -185,12 +197,20 @@ class HarmonyTokenizer:
             token_ids = [t for t in token_ids if not self._encoding.is_special_token(t)]
         return self._encoding.decode(list(token_ids))
 
-    def detokenizer(self, *, skip_special_tokens: bool = True) -> HarmonyDetokenizer:
-        return HarmonyDetokenizer(
+    def detokenizer(self, *, skip_special_tokens: bool = True) -> StreamDetokenizer:
+        return StreamDetokenizer(
             token_bytes=self._token_bytes,
             special_text=lambda t: None if skip_special_tokens else self._special_names.get(t),
-            is_special=self._encoding.is_special_token,
         )
+
+    def chat_output(self) -> HarmonyChatOutput:
+        return HarmonyChatOutput(self._encoding, self._harmony, self.detokenizer)
+
+    def content_digest(self) -> str:
+        """The vocabulary file's hash and the harmony library that renders prompts."""
+        version = getattr(self._harmony, "__version__", "") or _distribution_version()
+        identity = f"{self.name};{self._vocab_sha256};openai-harmony {version}"
+        return hashlib.sha256(identity.encode()).hexdigest()
 
     def apply_chat_template(
         self, messages: Sequence[ChatMessage], *, add_generation_prompt: bool = True
@@ -222,37 +242,20 @@ class HarmonyTokenizer:
             )
         return list(self._encoding.render_conversation(conversation))
 
-    def _token_bytes(self, token_id: int) -> bytes:
+    def _token_bytes(self, token_id: int) -> bytes | None:
+        if not 0 <= token_id < GPT_OSS_VOCAB_SIZE:
+            raise TokenizationError(
+                f"token id {token_id} is outside the vocabulary (0..{GPT_OSS_VOCAB_SIZE - 1})"
+            )
+        if self._encoding.is_special_token(token_id):
+            return None
         # surrogateescape round-trips bytes that are not valid UTF-8 on their own.
         text = self._encoding.decode([token_id], errors="surrogateescape")
         return text.encode("utf-8", errors="surrogateescape")
 
 
-class HarmonyDetokenizer:
-    """Streams text from BPE tokens, holding back incomplete UTF-8 sequences."""
-
-    def __init__(
-        self,
-        *,
-        token_bytes: Callable[[int], bytes],
-        special_text: Callable[[int], str | None],
-        is_special: Callable[[int], bool],
-    ) -> None:
-        self._token_bytes = token_bytes
-        self._special_text = special_text
-        self._is_special = is_special
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def push(self, token_id: int) -> str:
-        if not self._is_special(token_id):
-            return self._decoder.decode(self._token_bytes(token_id))
-        text = self._special_text(token_id)
-        return "" if text is None else self.flush() + text
-
-    def push_many(self, token_ids: Iterable[int]) -> str:
-        return "".join(self.push(t) for t in token_ids)
-
-    def flush(self) -> str:
-        text = self._decoder.decode(b"", final=True)
-        self._decoder.reset()
-        return text
+def _distribution_version() -> str:
+    try:
+        return importlib.metadata.version("openai-harmony")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

@@ -7,13 +7,22 @@ only come from ``apply_chat_template`` (or from the model).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
 
 class TokenizationError(ValueError):
     """Input the tokenizer cannot handle (unknown token id, invalid chat role)."""
+
+
+def replace_lone_surrogates(text: str) -> str:
+    """``text`` with lone surrogates (valid in JSON, not in UTF-8) as U+FFFD, so such a
+    request is served rather than failed."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +46,29 @@ class IncrementalDetokenizer(Protocol):
 
     def flush(self) -> str:
         """End of stream: returns held-back bytes (as U+FFFD if they never completed)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ChatDelta:
+    content: str = ""
+    reasoning: str = ""
+
+    def __add__(self, other: ChatDelta) -> ChatDelta:
+        return ChatDelta(self.content + other.content, self.reasoning + other.reasoning)
+
+    def __bool__(self) -> bool:
+        return bool(self.content or self.reasoning)
+
+
+class ChatOutputParser(Protocol):
+    """Streams generated ids into deltas; concatenating every delta gives the same text
+    however the ids were chunked."""
+
+    def push_many(self, token_ids: Sequence[int]) -> ChatDelta: ...
+
+    def finish(self) -> ChatDelta:
+        """End of generation: whatever was held back."""
         ...
 
 
@@ -74,3 +106,12 @@ class Tokenizer(Protocol):
     def apply_chat_template(
         self, messages: Sequence[ChatMessage], *, add_generation_prompt: bool = True
     ) -> list[int]: ...
+
+    def content_digest(self) -> str:
+        """SHA-256 (hex) over everything that decides ids and chat prompts: two
+        tokenizers with equal digests tokenize alike."""
+        ...
+
+    def chat_output(self) -> ChatOutputParser:
+        """A parser for one chat response's generated ids (content vs reasoning)."""
+        ...

@@ -12,7 +12,11 @@ transceiver, so this driver is thin:
   drop its lease once the step arrived;
 * cancellation: closing a stream (or cancelling a prefill) aborts the engine request;
 * stats: polled in the background (the engine's stats call is asynchronous and may
-  wait), served from the latest snapshot.
+  wait), served from the latest snapshot;
+* KV events: an engine with ``poll_kv_events()`` (TensorRT-LLM's own KV cache events,
+  renamed as Tandem names blocks) is polled on the same period and what it reports is
+  published to the worker's KV event stream -- the asynchronous counterpart of the
+  synchronous engines' ``drain_kv_events()`` (``engine_runner.py``).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from tandem.engines.base import (
     StepOutput,
 )
 from tandem.kv import LeaseTable
+from tandem.kv.events import KvCacheEvent
 from tandem.worker.client import WorkerClient
 from tandem.worker.config import WorkerConfig
 from tandem.worker.errors import (
@@ -62,8 +67,10 @@ class AsyncEngineDriver:
         client_for: Callable[[str], WorkerClient],
         *,
         stats_period_s: float = STATS_PERIOD_S,
+        kv_event_sink: Callable[[Sequence[KvCacheEvent]], None] | None = None,
     ) -> None:
         self._config = config
+        self._kv_event_sink = kv_event_sink
         self._engine = engine
         self._leases = leases
         self._client_for = client_for
@@ -227,6 +234,19 @@ class AsyncEngineDriver:
                 self._stats = await self._engine.stats()
             except EngineError as exc:
                 logger.warning("engine stats unavailable: %s", exc)
+            await self._poll_kv_events()
+
+    async def _poll_kv_events(self) -> None:
+        poll = getattr(self._engine, "poll_kv_events", None)
+        if poll is None or self._kv_event_sink is None:
+            return
+        try:
+            events: list[KvCacheEvent] = await poll()
+        except EngineError as exc:
+            logger.warning("engine KV events unavailable: %s", exc)
+            return
+        if events:
+            self._kv_event_sink(events)
 
     def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(work, name=name)

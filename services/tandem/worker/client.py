@@ -6,10 +6,16 @@ the status (``RESOURCE_EXHAUSTED``: busy, try another worker; ``ABORTED``: the K
 handoff failed, prefill locally; ``UNAVAILABLE``: worker gone or draining;
 ``INVALID_ARGUMENT``: do not retry). Leaving a ``decode`` iteration early cancels the
 stream, and the worker frees the sequence's KV.
+
+With a ``CredentialStore`` the channel is mutual TLS (``tandem.security``). When the
+credentials rotate, the next call opens a channel with the new ones; the old channel
+takes no new calls and is closed once its calls have finished (at most
+``decode_timeout_s`` later), so a rotation never cuts a stream.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
@@ -19,6 +25,8 @@ import grpc
 from tandem.engines.base import SamplingParams
 from tandem.proto import worker_pb2 as pb
 from tandem.proto import worker_pb2_grpc
+from tandem.security.credentials import CredentialStore
+from tandem.security.grpc_tls import open_channel
 from tandem.worker import convert
 from tandem.worker.errors import WorkerCallError
 from tandem.worker.types import (
@@ -26,6 +34,7 @@ from tandem.worker.types import (
     DecodeChunk,
     HealthInfo,
     KvClaim,
+    KvEventBatch,
     PrefillReply,
     RemoteKvHandle,
     WorkerStats,
@@ -48,16 +57,40 @@ class WorkerClient:
         timeout_s: float = 30.0,
         decode_timeout_s: float = 600.0,
         on_unavailable: Callable[[], None] | None = None,
+        credentials: CredentialStore | None = None,
     ) -> None:
         """``address`` is ``host:port``; ``timeout_s`` bounds unary calls and
         ``decode_timeout_s`` a whole decode stream; ``on_unavailable`` is told when a
-        call finds the worker gone (a cache may then drop this client)."""
+        call finds the worker gone (a cache may then drop this client);
+        ``credentials``: mutual TLS (None: plaintext, for loopback members only)."""
         self.address = address
         self._on_unavailable = on_unavailable
         self.timeout_s = timeout_s
         self.decode_timeout_s = decode_timeout_s
-        self._channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
-        self._stub: Any = worker_pb2_grpc.WorkerStub(self._channel)  # type: ignore[no-untyped-call]
+        self._credentials = credentials
+        self._fingerprint = ""
+        self._retiring: dict[grpc.aio.Channel, asyncio.Task[None]] = {}
+        self._channel = self._open()
+
+    def _open(self) -> grpc.aio.Channel:
+        material = self._credentials.current() if self._credentials else None
+        self._fingerprint = material.fingerprint if material else ""
+        channel = open_channel(self.address, material, CHANNEL_OPTIONS)
+        self._stub: Any = worker_pb2_grpc.WorkerStub(channel)  # type: ignore[no-untyped-call]
+        return channel
+
+    @property
+    def stub(self) -> Any:
+        """The stub for the next call: on a new channel once the credentials rotated."""
+        rotated = self._credentials is not None and (
+            self._credentials.current().fingerprint != self._fingerprint
+        )
+        if rotated:
+            old, self._channel = self._channel, self._open()
+            task = asyncio.get_running_loop().create_task(old.close(grace=self.decode_timeout_s))
+            self._retiring[old] = task
+            task.add_done_callback(lambda _: self._retiring.pop(old, None))
+        return self._stub
 
     async def __aenter__(self) -> WorkerClient:
         return self
@@ -72,6 +105,9 @@ class WorkerClient:
 
     async def close(self) -> None:
         await self._channel.close()
+        for old in list(self._retiring):
+            await old.close()  # what the rotation left running is cut now
+        await asyncio.gather(*self._retiring.values(), return_exceptions=True)
 
     async def _unary(
         self, method: Callable[..., Awaitable[ResponseT]], request: object, timeout_s: float | None
@@ -100,7 +136,7 @@ class WorkerClient:
             prompt_token_ids=prompt,
             sampling=convert.sampling_to_pb(sampling),
         )
-        response: pb.PrefillResponse = await self._unary(self._stub.Prefill, request, timeout_s)
+        response: pb.PrefillResponse = await self._unary(self.stub.Prefill, request, timeout_s)
         return convert.prefill_reply_from_pb(response)
 
     async def decode(
@@ -126,7 +162,7 @@ class WorkerClient:
                 raise ValueError("decode with remote_kv needs the prefill's first_token")
             request.remote_kv.CopyFrom(convert.remote_kv_to_pb(remote_kv))
             request.first_token_id = first_token
-        call = self._stub.Decode(request, timeout=timeout_s or self.decode_timeout_s)
+        call = self.stub.Decode(request, timeout=timeout_s or self.decode_timeout_s)
         try:
             async for chunk in call:
                 yield convert.chunk_from_pb(chunk)
@@ -148,7 +184,7 @@ class WorkerClient:
         request = pb.ClaimKvRequest(
             request_id=request_id, incarnation=incarnation, claimer=claimer, read_seconds=read_s
         )
-        response: pb.ClaimKvResponse = await self._unary(self._stub.ClaimKv, request, timeout_s)
+        response: pb.ClaimKvResponse = await self._unary(self.stub.ClaimKv, request, timeout_s)
         return convert.claim_from_pb(response)
 
     async def release(
@@ -157,12 +193,12 @@ class WorkerClient:
         """The KV of ``request_id`` is no longer needed: by ``claimer`` after its read,
         or (empty claimer) by a router giving the request up."""
         request = pb.ReleaseRequest(request_id=request_id, claimer=claimer)
-        response: pb.ReleaseResponse = await self._unary(self._stub.Release, request, timeout_s)
+        response: pb.ReleaseResponse = await self._unary(self.stub.Release, request, timeout_s)
         return response.released
 
     async def health(self, *, timeout_s: float | None = None) -> HealthInfo:
         response: pb.HealthResponse = await self._unary(
-            self._stub.Health, pb.HealthRequest(), timeout_s
+            self.stub.Health, pb.HealthRequest(), timeout_s
         )
         try:
             return convert.health_from_pb(response)
@@ -172,13 +208,32 @@ class WorkerClient:
 
     async def stats(self, *, timeout_s: float | None = None) -> WorkerStats:
         response: pb.StatsResponse = await self._unary(
-            self._stub.Stats, pb.StatsRequest(), timeout_s
+            self.stub.Stats, pb.StatsRequest(), timeout_s
         )
         return convert.stats_from_pb(response)
 
+    async def kv_events(self) -> AsyncIterator[KvEventBatch]:
+        """The worker's KV event stream: a snapshot, then every change. It lasts as long
+        as the caller reads (no deadline); leaving the iteration cancels it. A malformed
+        batch ends it with a ``WorkerCallError``."""
+        call = self.stub.KvEvents(pb.KvEventsRequest())
+        try:
+            async for message in call:
+                try:
+                    batch = convert.kv_batch_from_pb(message)
+                except ValueError as exc:
+                    raise WorkerCallError(
+                        self.address, "INTERNAL", f"malformed KV event: {exc}"
+                    ) from exc
+                yield batch
+        except grpc.aio.AioRpcError as exc:
+            raise self._error(exc) from None
+        finally:
+            call.cancel()
+
     async def kv_agent(self, *, timeout_s: float | None = None) -> AgentInfo:
         response: pb.KvAgentResponse = await self._unary(
-            self._stub.KvAgent, pb.KvAgentRequest(), timeout_s
+            self.stub.KvAgent, pb.KvAgentRequest(), timeout_s
         )
         return convert.agent_from_pb(response)
 
@@ -187,6 +242,6 @@ class WorkerClient:
         when it stopped waiting (0: drained). The deadline defaults to grace + timeout."""
         request = pb.DrainRequest(grace_seconds=grace_s)
         response: pb.DrainResponse = await self._unary(
-            self._stub.Drain, request, timeout_s or grace_s + self.timeout_s
+            self.stub.Drain, request, timeout_s or grace_s + self.timeout_s
         )
         return response.in_flight

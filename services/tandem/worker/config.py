@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from tandem.api.v1alpha1 import TokenizerKind
+from tandem.tokenization.selection import TokenizerChoice
 from tandem.worker.admission import AdmissionLimits
 from tandem.worker.types import Role
 
@@ -16,6 +19,10 @@ class WorkerConfig:
     incarnation: str
     engine: str = "reference"
     engine_options: Mapping[str, object] = field(default_factory=dict)
+    tokenizer: TokenizerChoice = field(default_factory=lambda: TokenizerChoice(TokenizerKind.BYTE))
+    # spec.model.source, for engines that load the model themselves (reference: a .gguf
+    # file means GGUF weights; None means random weights).
+    model_source: str | None = None
     host: str = "127.0.0.1"  # gRPC bind address
     port: int = 0  # 0: any free port (printed in the READY line)
     advertise_host: str = ""  # how peers reach us; defaults to host
@@ -32,6 +39,10 @@ class WorkerConfig:
     rpc_timeout_s: float = 10.0  # worker -> worker calls (KvAgent, ClaimKv, Release)
     # A peer worker not called for this long is forgotten (channel, KV metadata).
     peer_idle_s: float = 300.0
+    # The cluster's credentials (mutual TLS on gRPC and TCP KV); None: plaintext, which
+    # the worker allows on loopback addresses only.
+    credentials_dir: Path | None = None
+    admin_socket: Path | None = None  # Unix socket serving /drain (the preStop hook)
 
     @property
     def public_host(self) -> str:

@@ -23,6 +23,8 @@ class ContractSettings:
     cluster: str | None = None
     engine: str | None = None
     engine_options: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] | None = None  # spec.model, wire form (selects the tokenizer)
+    model_source: str | None = None  # spec.model.source
     kv_backend: str | None = None
     kv_transfer_timeout_s: float | None = None
     ucx_transports: tuple[str, ...] = ()
@@ -35,6 +37,7 @@ def read_contract(doc: Mapping[str, Any]) -> ContractSettings:
             f"worker config contractVersion {version!r} is not {SUPPORTED_CONTRACT_VERSION}"
         )
     engine = _mapping(doc, "engine")
+    model = _mapping(doc, "model")
     kv = _mapping(doc, "kvTransfer")
     options = engine.get("options", {})
     if not isinstance(options, dict):
@@ -44,10 +47,12 @@ def read_contract(doc: Mapping[str, Any]) -> ContractSettings:
     if not isinstance(transports, list) or not all(isinstance(t, str) for t in transports):
         raise ContractError("kvTransfer.ucxTransports must be a list of strings")
     return ContractSettings(
+        model=dict(model) if "model" in doc else None,
         role=_optional_str(doc, "role"),
         cluster=_optional_str(doc, "cluster"),
         engine=_optional_str(engine, "kind"),
         engine_options=dict(options),
+        model_source=_optional_str(model, "source"),
         kv_backend=_optional_str(kv, "backend"),
         kv_transfer_timeout_s=float(timeout) if isinstance(timeout, int | float) else None,
         ucx_transports=tuple(transports),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from tandem.engines.base import FinishReason, KvRange, SamplingParams
+from tandem.kv.block_hashes import BlockName
+from tandem.kv.events import AllCleared, BlocksRemoved, BlocksStored, KvCacheEvent
 from tandem.proto import worker_pb2 as pb
 from tandem.worker.types import (
     AgentInfo,
@@ -10,6 +12,7 @@ from tandem.worker.types import (
     HealthInfo,
     HealthStatus,
     KvClaim,
+    KvEventBatch,
     PrefillReply,
     RemoteKvHandle,
     Role,
@@ -127,6 +130,7 @@ def health_to_pb(info: HealthInfo) -> pb.HealthResponse:
         incarnation=info.incarnation,
         role=info.role.value,
         config_digest=info.config_digest,
+        tokenizer_fingerprint=info.tokenizer_fingerprint,
     )
 
 
@@ -141,6 +145,7 @@ def health_from_pb(message: pb.HealthResponse) -> HealthInfo:
         incarnation=message.incarnation,
         role=Role(message.role),
         config_digest=message.config_digest,
+        tokenizer_fingerprint=message.tokenizer_fingerprint,
     )
 
 
@@ -192,3 +197,55 @@ def claim_to_pb(claim: KvClaim) -> pb.ClaimKvResponse:
 
 def claim_from_pb(message: pb.ClaimKvResponse) -> KvClaim:
     return KvClaim(message.claimed, message.read_seconds, message.reason)
+
+
+def kv_event_to_pb(event: KvCacheEvent) -> pb.KvEvent:
+    if isinstance(event, BlocksStored):
+        blocks = [
+            pb.KvBlock(block_hash=b.block_hash, tokens_hash=b.tokens_hash) for b in event.blocks
+        ]
+        stored = pb.KvBlocksStored(blocks=blocks)
+        if event.parent_hash is not None:
+            stored.parent_hash = event.parent_hash
+        return pb.KvEvent(stored=stored)
+    if isinstance(event, BlocksRemoved):
+        return pb.KvEvent(removed=pb.KvBlocksRemoved(block_hashes=event.block_hashes))
+    return pb.KvEvent(cleared=pb.KvAllCleared())
+
+
+def kv_event_from_pb(message: pb.KvEvent) -> KvCacheEvent:
+    kind = message.WhichOneof("kind")
+    if kind == "stored":
+        stored = message.stored
+        return BlocksStored(
+            stored.parent_hash if stored.HasField("parent_hash") else None,
+            tuple(BlockName(b.block_hash, b.tokens_hash) for b in stored.blocks),
+        )
+    if kind == "removed":
+        return BlocksRemoved(tuple(message.removed.block_hashes))
+    if kind == "cleared":
+        return AllCleared()
+    raise ValueError("KV event names no kind (stored, removed or cleared)")
+
+
+def kv_batch_to_pb(batch: KvEventBatch) -> pb.KvEventBatch:
+    return pb.KvEventBatch(
+        worker_id=batch.worker_id,
+        incarnation=batch.incarnation,
+        block_size=batch.block_size,
+        snapshot=batch.snapshot,
+        sequence=batch.sequence,
+        events=[kv_event_to_pb(e) for e in batch.events],
+    )
+
+
+def kv_batch_from_pb(message: pb.KvEventBatch) -> KvEventBatch:
+    """Raises ValueError on an event of no known kind."""
+    return KvEventBatch(
+        worker_id=message.worker_id,
+        incarnation=message.incarnation,
+        block_size=message.block_size,
+        snapshot=message.snapshot,
+        sequence=message.sequence,
+        events=tuple(kv_event_from_pb(e) for e in message.events),
+    )

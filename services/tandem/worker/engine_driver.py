@@ -3,8 +3,9 @@
 The service owns the worker's policy (admission, leases, drain, metrics, the RPCs); a
 driver owns how an engine runs a request:
 
-* ``SyncEngineDriver`` — a synchronous ``Engine`` (reference) on its engine thread, decodes
-  batched by ``DecodeBatcher``, KV pulled through Tandem's transport (``Handoff``).
+* ``SyncEngineDriver`` — a synchronous ``Engine`` (reference) on its engine thread, driven
+  by ``EngineLoop`` (one step over every decode and queued prefill chunk), KV pulled
+  through Tandem's transport (``Handoff``).
 * ``AsyncEngineDriver`` (``async_driver.py``) — an ``AsyncEngine`` (TensorRT-LLM) that
   schedules, streams and moves KV itself.
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Protocol
 
 from tandem.engines.base import (
     EngineError,
@@ -31,16 +32,15 @@ from tandem.engines.base import (
     SamplingParams,
 )
 from tandem.kv import KvTransport, LeaseTable
+from tandem.kv.events import KvCacheEvent
 from tandem.worker.client import WorkerClient
 from tandem.worker.config import WorkerConfig
 from tandem.worker.engine_runner import EngineRunner
 from tandem.worker.errors import InvalidRequest, WorkerBusy, WorkerError
 from tandem.worker.handoff import Handoff
 from tandem.worker.peer_directory import PeerDirectory
-from tandem.worker.scheduler import DecodeBatcher, StepItem
+from tandem.worker.scheduler import EngineLoop, StepItem
 from tandem.worker.types import DecodeChunk, RemoteKvHandle
-
-T = TypeVar("T")
 
 
 class EngineDriver(Protocol):
@@ -117,10 +117,13 @@ class SyncEngineDriver:
         client_for: Callable[[str], WorkerClient],
         clock: Callable[[], float] = time.monotonic,
         on_quarantine: Callable[[int], None] = lambda _: None,
+        on_kv_events: Callable[[Sequence[KvCacheEvent]], None] | None = None,
     ) -> None:
+        """``on_kv_events`` receives the engine's KV cache events (engine thread)."""
+        runner.kv_event_sink = on_kv_events
         self._runner = runner
         self._transport = transport
-        self._batcher = DecodeBatcher(runner)
+        self._loop = EngineLoop(runner)
         self._peers = PeerDirectory(transport, client_for, config.rpc_timeout_s)
         self._handoff = Handoff(
             config, runner, transport, self._peers, leases, client_for, clock, on_quarantine
@@ -136,17 +139,21 @@ class SyncEngineDriver:
 
     async def start(self) -> None:
         await self._transport.register(self._runner.engine.kv_regions())
-        self._batcher.start()
+        self._loop.start()
 
     async def stop(self) -> None:
-        await self._batcher.stop()
+        await self._loop.stop()
         await self._handoff.stop()
 
     async def prefill(
         self, request_id: str, prompt: Sequence[int], sampling: SamplingParams
     ) -> PrefillResult:
-        engine = self._runner.engine
-        return await self._call(engine.prefill, request_id, prompt, sampling, release=request_id)
+        try:
+            return await self._loop.prefill(request_id, prompt, sampling)
+        except KvCapacityError as exc:
+            raise WorkerBusy(str(exc)) from exc
+        except EngineError as exc:
+            raise InvalidRequest(str(exc)) from exc
 
     async def release(self, request_id: str) -> None:
         await self._runner.call(self._runner.engine.release, request_id)
@@ -202,12 +209,12 @@ class SyncEngineDriver:
         self._peers.forget_address(address)
 
     def active_sequences(self) -> int:
-        return len(self._batcher)
+        return len(self._loop)
 
     async def _follow(
         self, request_id: str, sampling: SamplingParams, head: DecodeChunk
     ) -> AsyncGenerator[DecodeChunk, None]:
-        queue = None if head.finish_reason else self._batcher.add(request_id, sampling)
+        queue = None if head.finish_reason else self._loop.add(request_id, sampling)
         yield head
         while queue is not None:
             chunk = await _next_chunk(queue)
@@ -216,20 +223,8 @@ class SyncEngineDriver:
                 queue = None
 
     def _forget(self, request_id: str) -> None:
-        self._batcher.remove(request_id)
+        self._loop.remove(request_id)
         self._runner.call_soon(self._runner.engine.release, request_id)
-
-    async def _call(self, fn: Callable[..., T], *args: Any, release: str | None = None) -> T:
-        """An engine call with engine errors turned into worker errors; if the caller
-        goes away mid-call, the sequence ``release`` names is freed once it completes."""
-        engine = self._runner.engine
-        on_abandon = None if release is None else (lambda _: engine.release(release))
-        try:
-            return await self._runner.call(fn, *args, on_abandon=on_abandon)
-        except KvCapacityError as exc:
-            raise WorkerBusy(str(exc)) from exc
-        except EngineError as exc:
-            raise InvalidRequest(str(exc)) from exc
 
 
 async def _next_chunk(queue: asyncio.Queue[StepItem]) -> DecodeChunk:

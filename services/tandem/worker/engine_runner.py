@@ -1,14 +1,19 @@
-"""The one thread an engine runs on: every engine call is serialised through it."""
+"""The one thread an engine runs on: every engine call is serialised through it.
+
+After every call the runner takes a fresh ``EngineStats`` snapshot and, for an engine
+that reports KV cache events (``kv.events.KvEventSource``), drains them to
+``kv_event_sink`` (called on the engine thread)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from tandem.engines.base import Engine, EngineError, EngineStats
+from tandem.kv.events import KvCacheEvent
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +28,7 @@ class EngineRunner:
         self._executor = executor
         self.engine = engine
         self.stats: EngineStats = engine.stats()
+        self.kv_event_sink: Callable[[Sequence[KvCacheEvent]], None] | None = None
 
     @classmethod
     async def start(cls, build: Callable[[], Engine]) -> EngineRunner:
@@ -61,6 +67,17 @@ class EngineRunner:
             return fn(*args)
         finally:
             self.stats = self.engine.stats()
+            self._drain_kv_events()
+
+    def _drain_kv_events(self) -> None:
+        drain: Callable[[], list[KvCacheEvent]] | None = getattr(
+            self.engine, "drain_kv_events", None
+        )
+        if drain is None or self.kv_event_sink is None:
+            return
+        events = drain()
+        if events:
+            self.kv_event_sink(events)
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)

@@ -1,7 +1,8 @@
 """The gRPC face of a worker: proto <-> domain translation and error -> status mapping.
 
 All behaviour lives in ``WorkerService``; a ``WorkerError`` becomes the gRPC status it
-names, with its message as the details.
+names, with its message as the details. With credentials the port is mutual TLS: a peer
+without the cluster's certificate fails the handshake and never reaches a method.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import grpc
 
 from tandem.proto import worker_pb2 as pb
 from tandem.proto import worker_pb2_grpc
+from tandem.security.credentials import CredentialStore
+from tandem.security.grpc_tls import server_credentials
 from tandem.worker import convert
 from tandem.worker.client import CHANNEL_OPTIONS
 from tandem.worker.errors import WorkerError
@@ -87,14 +90,33 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
     async def KvAgent(self, request: pb.KvAgentRequest, context: Context) -> pb.KvAgentResponse:
         return convert.agent_to_pb(self._service.kv_agent())
 
+    async def KvEvents(
+        self, request: pb.KvEventsRequest, context: Context
+    ) -> AsyncIterator[pb.KvEventBatch]:
+        stream = self._service.kv_events()
+        try:
+            async for batch in stream:
+                yield convert.kv_batch_to_pb(batch)
+        except WorkerError as exc:
+            await _abort(context, exc)
+        finally:
+            await stream.aclose()
+
     async def Drain(self, request: pb.DrainRequest, context: Context) -> pb.DrainResponse:
         return pb.DrainResponse(in_flight=await self._service.drain(request.grace_seconds))
 
 
-def create_server(host: str, port: int) -> tuple[grpc.aio.Server, int]:
-    """An unstarted server bound to ``host:port`` (0: any free port) and the bound port."""
+def create_server(
+    host: str, port: int, credentials: CredentialStore | None = None
+) -> tuple[grpc.aio.Server, int]:
+    """An unstarted server bound to ``host:port`` (0: any free port) and the bound port;
+    mutual TLS with ``credentials``, else plaintext."""
     server = grpc.aio.server(options=CHANNEL_OPTIONS)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    address = f"{host}:{port}"
+    if credentials is None:
+        bound = server.add_insecure_port(address)
+    else:
+        bound = server.add_secure_port(address, server_credentials(credentials))
     if bound == 0:
         raise OSError(f"cannot bind the worker's gRPC port on {host}:{port}")
     return server, bound

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tandem.engines.base import EngineError, KvCapacityError, KvLayout
+from tandem.engines.base import EngineError, KvCapacityError, KvLayout, ModelledKvTransfer
 from tandem.kv import KvError, KvTransferError, KvTransport, LeaseTable, agent_name
 from tandem.worker.client import WorkerClient
 from tandem.worker.config import WorkerConfig
@@ -129,6 +129,7 @@ class Handoff:
                 raise KvHandoffFailed(
                     f"pulling KV of request {request_id} failed: {exc.message} ({why})"
                 ) from exc
+            await self._wait_modelled_transfer(len(prompt), stats.seconds)
             await self._runner.call(engine.commit, request_id)
         except BaseException:
             if quarantined:
@@ -152,6 +153,15 @@ class Handoff:
             stats.descriptors,
         )
         return PulledKv(stats.nbytes, stats.seconds, stats.descriptors)
+
+    async def _wait_modelled_transfer(self, num_tokens: int, took_s: float) -> None:
+        """An engine that moves a stand-in for its KV (``ModelledKvTransfer``): the rest
+        of the time the real bytes would take, with the remote KV still claimed."""
+        engine = self._runner.engine
+        if isinstance(engine, ModelledKvTransfer):
+            left = engine.kv_transfer_delay_s(num_tokens) - took_s
+            if left > 0:
+                await asyncio.sleep(left)
 
     async def _claim(self, request_id: str, remote: RemoteKvHandle) -> float:
         """Pin the remote KV for our read; the granted read time (seconds)."""

@@ -1,22 +1,22 @@
-"""The worker's HTTP side port for Kubernetes and Prometheus.
+"""The worker's HTTP side port for Kubernetes and Prometheus, and its admin socket.
 
+Side port (read-only, on the pod IP and on loopback for ``kubectl port-forward``):
 ``GET /healthz`` (the process serves), ``GET /readyz`` (200 only while SERVING: flips to
-503 when draining), ``GET /metrics``, and ``GET|POST /drain?grace_seconds=N`` (the
-preStop hook: answers once in-flight work is done or the grace ran out).
+503 when draining or when a GPU of the node failed, the GPU verdict in ``gpu``),
+``GET /metrics``. Admin socket (``tandem.admin``, a Unix socket only the pod itself
+reaches): ``GET|POST /drain?grace_seconds=N``, the preStop hook's target: answers once
+in-flight work is done or the grace ran out.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
-import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tandem.admin import create_admin_app
 from tandem.worker.service import WorkerService
 from tandem.worker.types import HealthStatus
 
@@ -30,45 +30,23 @@ def create_http_app(service: WorkerService) -> Starlette:
     async def readyz(request: Request) -> Response:
         health = service.health()
         ready = health.status is HealthStatus.SERVING
-        body = {"ready": ready, "status": health.status.value, "role": health.role.value}
+        body = {"ready": ready, "status": health.status.value, "role": health.role.value,
+                "gpu": service.gpu_health().summary}  # fmt: skip
         return JSONResponse(body, status_code=200 if ready else 503)
 
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    async def drain(request: Request) -> Response:
-        raw = request.query_params.get("grace_seconds", "")
-        try:
-            grace = float(raw) if raw else DEFAULT_DRAIN_GRACE_S
-        except ValueError:
-            return JSONResponse({"error": "grace_seconds must be a number"}, status_code=400)
-        return JSONResponse({"in_flight": await service.drain(min(grace, DEFAULT_DRAIN_GRACE_S))})
 
     return Starlette(
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
-            Route("/drain", drain, methods=["GET", "POST"]),
         ]
     )
 
 
-class HttpSidePort(uvicorn.Server):
-    """uvicorn, minus its signal handling: the worker drains on SIGTERM itself."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-def create_http_server(service: WorkerService, host: str, port: int) -> HttpSidePort:
-    config = uvicorn.Config(
-        create_http_app(service),
-        host=host,
-        port=port,
-        log_level="warning",
-        access_log=False,
-        lifespan="off",
+def create_worker_admin_app(service: WorkerService) -> Starlette:
+    return create_admin_app(
+        service.drain, default_grace_s=DEFAULT_DRAIN_GRACE_S, max_grace_s=DEFAULT_DRAIN_GRACE_S
     )
-    return HttpSidePort(config)

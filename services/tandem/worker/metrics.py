@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from tandem.engines.base import EngineStats
 from tandem.worker.types import WorkerStats
 
 TRANSFER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -44,6 +45,30 @@ class _LoadCollector(Collector):
         stats = self._stats()
         for name, doc, read in _GAUGES:
             yield GaugeMetricFamily(f"tandem_worker_{name}", doc, value=read(stats))
+
+
+class _EngineCollector(Collector):
+    """Counters the engine keeps itself (the reference engine's prefix cache)."""
+
+    def __init__(self, stats: Callable[[], EngineStats]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        stats = self._stats()
+        prompt = CounterMetricFamily(
+            "tandem_worker_prompt_tokens",
+            "Prompt tokens prefilled here, by source (cache: reused from the prefix "
+            "cache; computed: run through the model).",
+            labels=["source"],
+        )
+        prompt.add_metric(["cache"], stats.prompt_tokens_cached)
+        prompt.add_metric(["computed"], stats.prompt_tokens_computed)
+        yield prompt
+        yield GaugeMetricFamily(
+            "tandem_worker_kv_blocks_cached",
+            "Full KV blocks the engine's prefix cache holds (what its KV events report).",
+            value=stats.kv_blocks_cached,
+        )
 
 
 class WorkerMetrics:
@@ -102,3 +127,6 @@ class WorkerMetrics:
 
     def watch_load(self, stats: Callable[[], WorkerStats]) -> None:
         self.registry.register(_LoadCollector(stats))
+
+    def watch_engine(self, stats: Callable[[], EngineStats]) -> None:
+        self.registry.register(_EngineCollector(stats))

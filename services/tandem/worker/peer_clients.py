@@ -13,14 +13,22 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from tandem.security.credentials import CredentialStore
 from tandem.worker.client import WorkerClient
 
 logger = logging.getLogger(__name__)
 
 
 class PeerClients:
-    def __init__(self, timeout_s: float, idle_s: float, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        timeout_s: float,
+        idle_s: float,
+        clock: Callable[[], float],
+        credentials: CredentialStore | None = None,
+    ) -> None:
         self._timeout_s = timeout_s
+        self._credentials = credentials
         self._idle_s = idle_s
         self._clock = clock
         self._clients: dict[str, WorkerClient] = {}
@@ -35,6 +43,7 @@ class PeerClients:
                 address,
                 timeout_s=self._timeout_s,
                 on_unavailable=lambda: self.evict(address, "unavailable"),
+                credentials=self._credentials,
             )
             self._clients[address] = client
         self._last_used[address] = self._clock()

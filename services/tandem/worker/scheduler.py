@@ -1,9 +1,12 @@
-"""Continuous batching: one loop steps every decoding sequence together.
+"""The engine loop: one ``engine.step`` after another, each over everything running.
 
-Each decode stream registers its request here and reads its tokens from its own
-queue; the loop calls ``engine.step`` for all registered sequences at once (on the
-engine thread), fans the outputs out, and drops a sequence when it finishes or its
-stream leaves. Sequences join and leave between steps, never inside one.
+Decode streams register their request here and read tokens from their own queue;
+prefills are queued in the engine (``start_prefill``) and awaited here. Each iteration
+calls ``engine.step`` (on the engine thread) with every decoding sequence; the engine
+adds the next chunk of each queued prefill under its per-step token budget, so a long
+prompt advances between decode steps instead of stalling them. Outputs are fanned out
+to their streams, and a finished prefill resolves its waiter. Sequences join and leave
+between steps, never inside one.
 """
 
 from __future__ import annotations
@@ -11,9 +14,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tandem.engines.base import EngineError, KvCapacityError, SamplingParams, StepOutput
+from tandem.engines.base import (
+    EngineError,
+    KvCapacityError,
+    PrefillResult,
+    SamplingParams,
+    StepOutput,
+)
 from tandem.worker.engine_runner import EngineRunner
 from tandem.worker.errors import WorkerBusy, WorkerError
 
@@ -29,22 +39,56 @@ class _Entry:
     order: int
 
 
-class DecodeBatcher:
+class EngineLoop:
     def __init__(self, runner: EngineRunner) -> None:
         self._runner = runner
         self._entries: dict[str, _Entry] = {}
+        self._prefills: dict[str, asyncio.Future[PrefillResult]] = {}
         self._wake = asyncio.Event()
         self._order = itertools.count()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="decode-batcher")
+        self._task = asyncio.create_task(self._run(), name="engine-loop")
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        for future in self._prefills.values():
+            future.cancel()
+        self._prefills.clear()
+
+    async def prefill(
+        self, request_id: str, prompt: Sequence[int], sampling: SamplingParams
+    ) -> PrefillResult:
+        """Queue a prefill in the engine and wait for the step that finishes it. Engine
+        refusals (KvCapacityError, EngineError) raise as they are. A caller that goes
+        away releases the request (its queued chunks are dropped)."""
+        engine = self._runner.engine
+        future: asyncio.Future[PrefillResult] = asyncio.get_running_loop().create_future()
+        # Waiting before the engine queues it: a step may finish a short prompt before
+        # this coroutine resumes.
+        self._prefills[request_id] = future
+        try:
+            await self._runner.call(
+                engine.start_prefill,
+                request_id,
+                prompt,
+                sampling,
+                on_abandon=lambda _: engine.release(request_id),
+            )
+        except BaseException:
+            self._prefills.pop(request_id, None)
+            raise
+        self._wake.set()
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if self._prefills.pop(request_id, None) is not None:
+                self._runner.call_soon(engine.release, request_id)
+            raise
 
     def add(self, request_id: str, sampling: SamplingParams) -> asyncio.Queue[StepItem]:
         """Start stepping ``request_id`` (committed/prefilled in the engine)."""
@@ -58,11 +102,12 @@ class DecodeBatcher:
         self._entries.pop(request_id, None)
 
     def __len__(self) -> int:
+        """Sequences decoding."""
         return len(self._entries)
 
     async def _run(self) -> None:
         while True:
-            if not self._entries:
+            if not self._entries and not self._prefills:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
@@ -70,21 +115,35 @@ class DecodeBatcher:
             try:
                 outputs = await self._runner.call(self._runner.engine.step, batch)
             except KvCapacityError as exc:
-                self._evict_newest(batch, exc)
+                if batch:
+                    self._evict_newest(batch, exc)
+                else:  # queued prefills hold reservations: should not happen
+                    self._fail_prefills(WorkerBusy(f"KV cache exhausted while prefilling: {exc}"))
                 continue
             except EngineError as exc:
-                self._fail_all(batch, exc)
+                logger.error("engine step failed (%d decoding): %s", len(batch), exc)
+                self._fail_decodes(batch, WorkerError(f"decode step failed: {exc}"))
+                self._fail_prefills(WorkerError(f"prefill step failed: {exc}"))
                 continue
             self._fan_out(outputs)
 
     def _fan_out(self, outputs: list[StepOutput]) -> None:
         for output in outputs:
+            if output.prefill is not None:
+                self._resolve_prefill(output.request_id, output.prefill)
+                continue
             entry = self._entries.get(output.request_id)
             if entry is None:  # the stream left while the step ran
                 continue
             entry.queue.put_nowait(output)
             if output.finish_reason is not None:
                 del self._entries[output.request_id]
+
+    def _resolve_prefill(self, request_id: str, result: PrefillResult) -> None:
+        future = self._prefills.pop(request_id, None)
+        if future is not None and not future.done():
+            future.set_result(result)
+        # else its caller left, and queued the release
 
     def _evict_newest(self, batch: dict[str, SamplingParams], exc: KvCapacityError) -> None:
         """The KV pool cannot grow every sequence: fail the youngest, keep the rest."""
@@ -96,9 +155,15 @@ class DecodeBatcher:
         entry = self._entries.pop(victim)
         entry.queue.put_nowait(WorkerBusy(f"KV cache exhausted while decoding: {exc}"))
 
-    def _fail_all(self, batch: dict[str, SamplingParams], exc: EngineError) -> None:
-        logger.error("engine step failed for %d sequences: %s", len(batch), exc)
+    def _fail_decodes(self, batch: dict[str, SamplingParams], error: WorkerError) -> None:
         for rid in batch:
             entry = self._entries.pop(rid, None)
             if entry is not None:
-                entry.queue.put_nowait(WorkerError(f"decode step failed: {exc}"))
+                entry.queue.put_nowait(error)
+
+    def _fail_prefills(self, error: WorkerError) -> None:
+        failed, self._prefills = self._prefills, {}
+        for rid, future in failed.items():
+            if not future.done():
+                future.set_exception(error)
+            self._runner.call_soon(self._runner.engine.release, rid)

@@ -25,6 +25,8 @@ from prometheus_client import CollectorRegistry
 
 from tandem.engines.base import AsyncEngine, EngineInfo, FinishReason, SamplingParams
 from tandem.kv import KvTransport, LeaseTable, ReleaseOutcome
+from tandem.security.credentials import CredentialStore
+from tandem.telemetry.gpu import HealthVerdict
 from tandem.worker.admission import Load, check_admission
 from tandem.worker.async_driver import AsyncEngineDriver
 from tandem.worker.client import WorkerClient
@@ -41,6 +43,7 @@ from tandem.worker.errors import (
     WorkerError,
     WrongRole,
 )
+from tandem.worker.kv_event_log import KvEventLog
 from tandem.worker.metrics import WorkerMetrics
 from tandem.worker.peer_clients import PeerClients
 from tandem.worker.types import (
@@ -49,6 +52,7 @@ from tandem.worker.types import (
     HealthInfo,
     HealthStatus,
     KvClaim,
+    KvEventBatch,
     PrefillReply,
     RemoteKvHandle,
     WorkerStats,
@@ -67,17 +71,23 @@ class WorkerService:
         grpc_address: str,
         clock: Callable[[], float] = time.monotonic,
         registry: CollectorRegistry | None = None,
+        tokenizer_fingerprint: str = "",
+        credentials: CredentialStore | None = None,
     ) -> None:
         """``engine`` is a synchronous engine on its ``EngineRunner``, or an
         ``AsyncEngine`` (with ``worker.engine_kv.EngineManagedKv`` as ``transport``).
         ``clock`` is monotonic: it times leases, pins and reads, never compared across
-        hosts."""
+        hosts. ``credentials``: the cluster's, for calls to peer workers (mutual TLS)."""
         self.config = config
         self.grpc_address = grpc_address
+        # The node's GPU verdict (tandem.telemetry); workers without GPUs stay healthy.
+        self.gpu_health: Callable[[], HealthVerdict] = lambda: _NO_GPU
+        self.tokenizer_fingerprint = tokenizer_fingerprint
         self._transport = transport
         self._leases = LeaseTable(config.lease_s, clock, margin_s=config.kv_pin_margin_s)
-        self._peers = PeerClients(config.rpc_timeout_s, config.peer_idle_s, clock)
+        self._peers = PeerClients(config.rpc_timeout_s, config.peer_idle_s, clock, credentials)
         self.metrics = WorkerMetrics(registry or CollectorRegistry())
+        self.kv_event_log = KvEventLog(config.worker_id, config.incarnation, _block_size(engine))
         self._driver: EngineDriver
         if isinstance(engine, EngineRunner):
             self._driver = SyncEngineDriver(
@@ -88,9 +98,16 @@ class WorkerService:
                 self.client_for,
                 clock,
                 self.metrics.kv_quarantined_bytes.inc,
+                self.kv_event_log.publish_threadsafe,
             )
         else:
-            self._driver = AsyncEngineDriver(config, engine, self._leases, self.client_for)
+            self._driver = AsyncEngineDriver(
+                config,
+                engine,
+                self._leases,
+                self.client_for,
+                kv_event_sink=self.kv_event_log.publish,
+            )
         self._engine = self._driver.engine
         self._peers.on_evict(self._driver.forget_peer)
         self.config_digest = compute_config_digest(self._driver.info)
@@ -101,16 +118,19 @@ class WorkerService:
         self._lease_task: asyncio.Task[None] | None = None
         self._settled = asyncio.Event()  # something finished or was released (for drain)
         self.metrics.watch_load(self.stats)
+        self.metrics.watch_engine(self._driver.stats)
 
     # -- lifecycle ------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.kv_event_log.bind_loop(asyncio.get_running_loop())
         await self._driver.start()
         self._lease_task = asyncio.create_task(self._expire_leases(), name="lease-expiry")
         self._status = HealthStatus.SERVING
 
     async def stop(self) -> None:
         self._status = HealthStatus.NOT_SERVING
+        self.kv_event_log.close()
         if self._lease_task is not None:
             self._lease_task.cancel()
             await asyncio.gather(self._lease_task, return_exceptions=True)
@@ -273,12 +293,16 @@ class WorkerService:
     # -- both -----------------------------------------------------------------------
 
     def health(self) -> HealthInfo:
+        status = self._status
+        if status is HealthStatus.SERVING and not self.gpu_health().healthy:
+            status = HealthStatus.NOT_SERVING  # a failed GPU takes the worker out of routing
         return HealthInfo(
-            self._status,
+            status,
             self.config.worker_id,
             self.config.incarnation,
             self.config.role,
             self.config_digest,
+            self.tokenizer_fingerprint,
         )
 
     def stats(self) -> WorkerStats:
@@ -292,6 +316,10 @@ class WorkerService:
             kv_block_size=engine.kv_block_size,
             held_for_transfer=len(self._leases),
         )
+
+    def kv_events(self) -> AsyncGenerator[KvEventBatch, None]:
+        """This worker's KV event stream (a snapshot, then every change)."""
+        return self.kv_event_log.subscribe()
 
     def kv_agent(self) -> AgentInfo:
         return AgentInfo(
@@ -368,6 +396,17 @@ class WorkerService:
         finally:
             self._queued_requests -= 1
             self._queued_tokens -= prompt_tokens
+
+
+_NO_GPU = HealthVerdict(True, ("no GPU telemetry",))
+
+
+def _block_size(engine: EngineRunner | AsyncEngine) -> int:
+    return (
+        engine.engine.info.kv_block_size
+        if isinstance(engine, EngineRunner)
+        else (engine.info.kv_block_size)
+    )
 
 
 def _check_request(request_id: str, prompt: Sequence[int], sampling: SamplingParams) -> None:

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass
 
 from tandem.engines.base import FinishReason, KvRange
+from tandem.kv.events import KvCacheEvent
 
 
 class Role(enum.StrEnum):
@@ -78,6 +79,8 @@ class HealthInfo:
     incarnation: str
     role: Role
     config_digest: str = ""  # model + KV layout; KV moves only between equal digests
+    # tandem.tokenization.selection.fingerprint of the worker's tokenizer ("" unknown).
+    tokenizer_fingerprint: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,3 +112,15 @@ class KvClaim:
     claimed: bool
     read_s: float = 0.0
     reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class KvEventBatch:
+    """One message of a worker's KV event stream (see ``worker.proto``)."""
+
+    worker_id: str
+    incarnation: str
+    block_size: int
+    snapshot: bool  # the whole cache: replaces what the subscriber had
+    sequence: int
+    events: tuple[KvCacheEvent, ...]

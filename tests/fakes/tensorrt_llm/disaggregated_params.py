@@ -1,4 +1,5 @@
-"""Mirrors tensorrt_llm/disaggregated_params.py (release/1.2 era, v1.2.1).
+"""Mirrors tensorrt_llm/disaggregated_params.py, as stored in the code index at commit
+01009a33a704c61e2c183c40514d7fb59159ab09 (release/1.2 era).
 
 A kw-only dataclass; ``request_type`` is lower-cased and must be one of
 context_only | generation_only | context_and_generation (``__post_init__``). The field

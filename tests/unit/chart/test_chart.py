@@ -119,7 +119,12 @@ def test_rbac_is_least_privilege() -> None:
     # Pods are patched only for the autoscaler's pod-deletion-cost annotation.
     assert verbs[("", "pods")] == {"list", "watch", "patch"}
     assert verbs[("tandem.dev", "workerpools/scale")] == {"patch"}
-    assert not any("secrets" in resource for _, resource in verbs)
+    # Secrets: each cluster's credentials, made and rotated by the operator; never
+    # deleted (garbage collection follows the owner), never read by name elsewhere.
+    assert verbs[("", "secrets")] == {"list", "watch", "create", "patch"}
+    assert verbs[("networking.k8s.io", "networkpolicies")] == {"list", "watch", "create", "patch"}
+    # Held only so that it can grant frontends exactly this (RBAC escalation rules).
+    assert verbs[("discovery.k8s.io", "endpointslices")] == {"list", "watch"}
     # Leases: only in its own namespace (a Role), only its own Lease beyond create.
     role = docs["Role"]
     assert role["metadata"]["namespace"] == "tandem-system"
@@ -152,6 +157,8 @@ def test_notes_explain_port_forward_and_curl() -> None:
         ("operator.workers=0", "minimum"),
         ("operator.logLevel=loud", "operator/logLevel"),
         ("metrics.serviceMonitor.interval=often", "interval"),
+        ("operator.credentialPropagationSeconds=1", "credentialPropagationSeconds"),
+        ("metrics.networkPolicy.from[0].podSelektor.x=y", "podSelektor"),
     ],
 )
 def test_schema_rejects_typos_and_bad_values(value: str, complaint: str) -> None:
@@ -165,6 +172,35 @@ def test_watch_namespace_limits_the_operator() -> None:
         "spec"
     ]["containers"][0]["args"]
     assert "--namespace=serving" in args
+
+
+def test_the_operators_metrics_port_admits_only_what_values_allow() -> None:
+    policy = by_kind(render())["NetworkPolicy"]
+    assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == (
+        "operator"
+    )
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == []  # the node's probes only
+    monitoring = "metrics.networkPolicy.from[0].namespaceSelector.matchLabels.team=monitoring"
+    (rule,) = by_kind(render(monitoring))["NetworkPolicy"]["spec"]["ingress"]
+    assert rule == {
+        "from": [{"namespaceSelector": {"matchLabels": {"team": "monitoring"}}}],
+        "ports": [{"protocol": "TCP", "port": 8080}],
+    }
+    assert "NetworkPolicy" not in by_kind(render("metrics.networkPolicy.enabled=false"))
+
+
+def test_worker_metrics_peers_reach_the_operators_rendering() -> None:
+    from tandem.cli import operator as operator_cli
+    from tandem.cli.main import build_parser
+
+    peer = "dataPlane.workerMetricsFrom[0].namespaceSelector.matchLabels.team=monitoring"
+    args = [a.replace("$(POD_NAMESPACE)", "x") for a in operator_container(peer)["args"]]
+    settings = operator_cli.render_settings(build_parser().parse_args(args))
+    assert settings.worker_metrics_from == (
+        {"namespaceSelector": {"matchLabels": {"team": "monitoring"}}},
+    )
+    assert not any(a.startswith("--worker-metrics-from") for a in operator_container()["args"])
 
 
 def test_service_monitor_is_opt_in() -> None:
@@ -229,3 +265,54 @@ def test_values_yaml_matches_the_schema_and_every_key_is_documented() -> None:
     for path in leaf_paths(values, schema()):
         top = path.split(".")[0]
         assert path in comments or top in comments, f"{path} has no '# {path} --' comment"
+
+
+# --------------------------------------------------------------------------- images
+
+LOCAL_IMAGES = (
+    "image.repository=tandem.local/tandem",
+    "image.tag=dev",
+    "image.pullPolicy=Never",
+    "dataPlane.pullPolicy=Never",
+)
+
+
+def operator_container(*sets: str) -> dict[str, Any]:
+    deployment = by_kind(render(*sets))["Deployment"]
+    container: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def test_local_images_reach_the_operator_and_the_pods_it_renders(
+    rendered_containers: Callable[[str, Any], list[dict[str, Any]]],
+) -> None:
+    """values -> the operator's flags -> its RenderSettings -> every rendered container."""
+    from tandem.cli import operator as operator_cli
+    from tandem.cli.main import build_parser
+
+    container = operator_container(*LOCAL_IMAGES)
+    local = ("tandem.local/tandem:dev", "Never")
+    assert (container["image"], container["imagePullPolicy"]) == local
+    args = [a.replace("$(POD_NAMESPACE)", "tandem-system") for a in container["args"]]
+    parsed = build_parser().parse_args(args)
+    settings = operator_cli.render_settings(parsed)
+    pods = rendered_containers("reference-cpu.yaml", settings)
+    assert {(c["image"], c["imagePullPolicy"]) for c in pods} == {local}
+
+
+def test_the_data_plane_image_can_differ_from_the_operators() -> None:
+    args = operator_container(
+        "image.tag=1.0", "dataPlane.image.repository=r.example/dp", "dataPlane.image.tag=2.0"
+    )["args"]
+    assert "--image=r.example/dp:2.0" in args
+    assert "--image-pull-policy=IfNotPresent" in args
+    tag_only = operator_container("image.tag=1.0")["args"]
+    assert "--image=ghcr.io/tandem-dev/tandem:1.0" in tag_only
+    assert "--trtllm-image=ghcr.io/tandem-dev/tandem-trtllm:0.1.0" in tag_only
+
+
+@pytest.mark.parametrize("key", ["image.pullPolicy", "dataPlane.pullPolicy"])
+def test_schema_refuses_an_unknown_pull_policy(key: str) -> None:
+    result = helm("template", "t", str(CHART), "--set", f"{key}=Nevr", check=False)
+    assert result.returncode != 0
+    assert "pullPolicy" in result.stderr

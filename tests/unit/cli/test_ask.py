@@ -29,6 +29,10 @@ def test_no_running_cluster_is_a_clear_error(
 ) -> None:
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
     assert cli(["ask", "hello"]) == 1
-    assert "cannot tell which local cluster" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "error: no local cluster is running: start one with `tandem up -f FILE --detach`\n"
+    )
     assert cli(["ask", "hello", "--name", "ghost"]) == 1
-    assert "'ghost' is not running" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "error: cluster 'ghost' is not running (start one with `tandem up -f FILE --detach`)\n"
+    )

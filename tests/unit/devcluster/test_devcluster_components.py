@@ -4,6 +4,7 @@ running cluster depends on."""
 from __future__ import annotations
 
 import base64
+import ipaddress
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,8 @@ from tandem.devcluster.components import (
 )
 from tandem.devcluster.kubeconfig import render_kubeconfig, render_token_file
 from tandem.devcluster.layout import StateLayout
-from tandem.devcluster.pki import Pki, render_openssl_config
+from tandem.devcluster.pki import KubeletPki, Pki, render_openssl_config
+from tandem.devcluster.realnode.join import render_node_token_line
 
 PORTS = Ports(
     etcd_client=2379, etcd_peer=2380, apiserver=6443, controller_manager=10257,
@@ -27,7 +29,17 @@ PORTS = Ports(
 )  # fmt: skip
 
 
-def _render() -> dict[str, tuple[str, ...]]:
+KUBELET_PKI = KubeletPki(
+    serving_cert=Path("/state/kubelet.crt"),
+    serving_key=Path("/state/kubelet.key"),
+    client_cert=Path("/state/client.crt"),
+    client_key=Path("/state/client.key"),
+    kwok_cert=Path("/state/kwok.crt"),
+    kwok_key=Path("/state/kwok.key"),
+)
+
+
+def _render(kubelet_pki: KubeletPki | None = None) -> dict[str, tuple[str, ...]]:
     root = Path("/state")
     pki = Pki(
         ca_cert=root / "ca.crt",
@@ -36,7 +48,8 @@ def _render() -> dict[str, tuple[str, ...]]:
         service_account_key=root / "sa.key",
     )
     bins = ClusterBinaries(bin_dir=Path("/bin-dir"), kubectl=Path("/kubectl"))
-    return {c.name: c.argv for c in render_components(bins, StateLayout(root), pki, PORTS)}
+    components = render_components(bins, StateLayout(root), pki, PORTS, kubelet_pki)
+    return {c.name: c.argv for c in components}
 
 
 def test_components_start_in_dependency_order() -> None:
@@ -59,7 +72,8 @@ def test_everything_listens_on_loopback_only() -> None:
 @pytest.mark.parametrize(
     "flag",
     [
-        "--authorization-mode=RBAC",
+        "--authorization-mode=Node,RBAC",
+        "--kubelet-preferred-address-types=Hostname,InternalIP",
         "--token-auth-file=/state/tokens.csv",
         "--service-account-key-file=/state/sa.key",
         "--service-account-signing-key-file=/state/sa.key",
@@ -77,20 +91,53 @@ def test_controller_manager_signs_service_account_tokens() -> None:
     assert "--leader-elect=false" in argv
 
 
-def test_kwok_manages_only_annotated_nodes_with_fake_addresses() -> None:
+def test_kwok_manages_only_annotated_nodes_with_loopback_addresses() -> None:
     argv = _render()["kwok"]
     assert "--manage-all-nodes=false" in argv
     assert "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake" in argv
     assert f"--cidr={POD_CIDR}" in argv
     assert f"--node-ip={NODE_IP}" in argv
     assert any(a.startswith("--node-lease-duration-seconds=") for a in argv)
+    # Whatever dials a simulated pod or node stays on this machine.
+    assert ipaddress.ip_network(POD_CIDR).subnet_of(ipaddress.ip_network("127.0.0.0/8"))
+    assert ipaddress.ip_address(NODE_IP).is_loopback
+    # The kubelet port of its nodes is kwok's own server: kwok answers logs/exec itself.
+    assert f"--node-port={PORTS.kwok}" in argv
+    assert f"--server-address=127.0.0.1:{PORTS.kwok}" in argv
+    assert not any(a.startswith("--node-name=") for a in argv)  # no Hostname address
+
+
+def test_without_a_real_node_no_kubelet_credentials_are_configured() -> None:
+    rendered = _render()
+    assert not any("kubelet-client" in a for a in rendered["kube-apiserver"])
+    assert not any(a.startswith("--tls-") for a in rendered["kwok"])
+
+
+def test_with_a_real_node_the_apiserver_and_kubelets_authenticate_each_other() -> None:
+    rendered = _render(KUBELET_PKI)
+    apiserver = rendered["kube-apiserver"]
+    assert "--kubelet-client-certificate=/state/client.crt" in apiserver
+    assert "--kubelet-client-key=/state/client.key" in apiserver
+    assert "--kubelet-certificate-authority=/state/ca.crt" in apiserver
+    # kwok then needs a certificate of the CA too, or the apiserver refuses it.
+    assert "--tls-cert-file=/state/kwok.crt" in rendered["kwok"]
+    assert "--tls-private-key-file=/state/kwok.key" in rendered["kwok"]
+
+
+def test_the_kubelet_token_is_the_node_identity() -> None:
+    assert render_node_token_line("t") == (
+        't,system:node:localhost,system:node:localhost,"system:nodes"\n'
+    )
 
 
 def test_kwok_config_holds_only_the_stages() -> None:
     # A KwokConfiguration document would switch off kwok's option defaults.
     stages = "---\nkind: Stage\nmetadata:\n  name: a\n---\nkind: Stage\nmetadata:\n  name: b\n"
     docs = [d for d in yaml.safe_load_all(render_kwok_config(stages)) if d is not None]
-    assert [d["kind"] for d in docs] == ["Stage", "Stage"]
+    assert [d["kind"] for d in docs] == ["Stage", "Stage", "Stage"]
+    # Tandem's own last: a labelled node reports Ready=False.
+    assert docs[-1]["metadata"]["name"] == "tandem-node-not-ready"
+    assert 'status: "False"' in docs[-1]["spec"]["next"]["statusTemplate"]
 
 
 def test_kubeconfig_trusts_the_ca_and_uses_the_token() -> None:

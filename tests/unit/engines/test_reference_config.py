@@ -37,11 +37,41 @@ def test_from_options_coerces_yaml_like_values() -> None:
         ({"eos_token_id": 10_000}, "eos_token_id"),
         ({"rope_theta": 1}, "rope_theta"),
         ({"model_name": ""}, "model_name"),
+        ({"sliding_window": -1}, "sliding_window"),
+        ({"sliding_window": 8}, "sliding_window"),  # under a block: never fills
+        ({"sliding_window": 120}, "sliding_window"),  # not whole blocks
+        ({"attention_tile": 100}, "attention_tile"),
+        ({"max_batch_tokens": 0}, "max_batch_tokens"),
+        ({"prefill_chunk": 0}, "prefill_chunk"),
+        ({"row_tile": 0}, "row_tile"),
+        ({"rope_pairing": "interleaved"}, "rope_pairing"),
+        ({"prefix_cache": 1}, "prefix_cache"),
     ],
 )
 def test_from_options_names_the_bad_field(options: dict[str, object], field: str) -> None:
     with pytest.raises(ReferenceConfigError, match=field):
         ReferenceModelConfig.from_options(options)
+
+
+def test_digest_covers_arithmetic_not_local_settings() -> None:
+    """Two engines exchange KV iff their digests agree: tiling changes bits, the pool,
+    the step budget and the prefix cache do not (a token computes the same in any
+    chunk or batch)."""
+    base = ReferenceModelConfig()
+    for local in (
+        {"num_kv_blocks": 7},
+        {"max_batch_tokens": 5},
+        {"prefill_chunk": 9},
+        {"prefix_cache": False},
+    ):
+        assert ReferenceModelConfig.from_options(local).digest() == base.digest()
+    for shared in ({"row_tile": 16}, {"attention_tile": 512}, {"rope_pairing": "adjacent"}):
+        assert ReferenceModelConfig.from_options(shared).digest() != base.digest()
+
+
+def test_make_engine_passes_the_model_source() -> None:
+    with pytest.raises(EngineError, match="no_such_pkg"):
+        make_engine("reference", {}, model_source="pkg://no_such_pkg/m.gguf")
 
 
 def test_config_errors_are_engine_errors() -> None:

@@ -120,7 +120,8 @@ def test_keys_outside_the_window_have_no_influence() -> None:
 class _DictStore:
     """An unpaged KvStore keeping every position, for full-sequence forwards."""
 
-    def __init__(self, num_layers: int) -> None:
+    def __init__(self, num_layers: int, block_size: int = 8) -> None:
+        self.block_size = block_size
         self.keys: list[list[F32]] = [[] for _ in range(num_layers)]
         self.values: list[list[F32]] = [[] for _ in range(num_layers)]
 
@@ -129,11 +130,15 @@ class _DictStore:
         self.keys[layer].append(keys.copy())
         self.values[layer].append(values.copy())
 
-    def read(self, layer: int, positions: range) -> tuple[F32, F32]:
+    def gather(self, layer: int, blocks: range, out: F32) -> None:
         keys = np.concatenate(self.keys[layer])
         values = np.concatenate(self.values[layer])
-        window = slice(positions.start, positions.stop)
-        return keys[window], values[window]
+        flat = out.reshape(-1, *out.shape[2:])
+        flat[...] = 0.0
+        begin = blocks.start * self.block_size
+        stop = min(len(keys), blocks.stop * self.block_size)
+        flat[: stop - begin, 0] = keys[begin:stop]
+        flat[: stop - begin, 1] = values[begin:stop]
 
 
 def _naive_forward(model: ReferenceModel, tokens: list[int]) -> tuple[F32, list[F32]]:
@@ -148,10 +153,11 @@ def _naive_forward(model: ReferenceModel, tokens: list[int]) -> tuple[F32, list[
         normed: F64 = x / np.sqrt((x**2).mean(-1, keepdims=True) + config.rms_norm_eps) * gain
         return normed
 
+    assert weights.embedding is not None
     hidden = weights.embedding[tokens].astype(np.float64)
     layer_kv: list[F32] = []
     for layer, w in enumerate(weights.layers):
-        qkv = (norm(hidden, w.attn_norm) @ w.qkv).astype(np.float32)
+        qkv = (norm(hidden, w.attn_norm) @ w.qkv.dense()).astype(np.float32)
         q = apply_rope(qkv[:, : heads * dim].reshape(count, heads, dim), cos, sin)
         k = apply_rope(
             qkv[:, heads * dim : (heads + kv_heads) * dim].reshape(count, kv_heads, dim), cos, sin
@@ -160,10 +166,10 @@ def _naive_forward(model: ReferenceModel, tokens: list[int]) -> tuple[F32, list[
         layer_kv.append(np.stack([k, v], axis=1))
         window = config.sliding_window if config.is_sliding(layer) else None
         attn = _naive_attention(q, 0, k, v, 0, window).reshape(count, heads * dim)
-        hidden = hidden + attn @ w.out
-        gate, up = np.split(norm(hidden, w.mlp_norm) @ w.gate_up[0], 2, axis=-1)
-        hidden = hidden + (gate / (1 + np.exp(-gate)) * up) @ w.down[0]
-    logits = (norm(hidden[-1:], weights.final_norm) @ weights.unembedding)[0]
+        hidden = hidden + attn @ w.out.dense()
+        gate, up = np.split(norm(hidden, w.mlp_norm) @ w.gate_up[0].dense(), 2, axis=-1)
+        hidden = hidden + (gate / (1 + np.exp(-gate)) * up) @ w.down[0].dense()
+    logits = (norm(hidden[-1:], weights.final_norm) @ weights.unembedding.dense())[0]
     return logits.astype(np.float32), layer_kv
 
 
@@ -248,8 +254,8 @@ def test_mixture_of_experts_routes_tokens_to_different_experts(
     model = ReferenceModel(tiny_config(num_experts=8, experts_per_token=2))
     router = model.weights.layers[0].router
     assert router is not None
-    hidden = model.weights.embedding[np.arange(256)]
-    chosen = np.argsort(-(hidden @ router), axis=-1, kind="stable")[:, :2]
+    hidden = model.weights.embed(list(range(256)))
+    chosen = np.argsort(-router(hidden), axis=-1, kind="stable")[:, :2]
     assert len(np.unique(chosen)) == 8
     dense = ReferenceModel(tiny_config(num_experts=0))
     prompt = list(range(30))
@@ -263,6 +269,6 @@ def test_same_seed_same_weights_different_seed_different_weights() -> None:
     a = ReferenceModel(ReferenceModelConfig.from_options({**small, "seed": 1}))
     b = ReferenceModel(ReferenceModelConfig.from_options({**small, "seed": 1}))
     c = ReferenceModel(ReferenceModelConfig.from_options({**small, "seed": 2}))
-    np.testing.assert_array_equal(a.weights.layers[1].qkv, b.weights.layers[1].qkv)
-    np.testing.assert_array_equal(a.weights.unembedding, b.weights.unembedding)
-    assert not np.allclose(a.weights.unembedding, c.weights.unembedding)
+    np.testing.assert_array_equal(a.weights.layers[1].qkv.dense(), b.weights.layers[1].qkv.dense())
+    np.testing.assert_array_equal(a.weights.unembedding.dense(), b.weights.unembedding.dense())
+    assert not np.allclose(a.weights.unembedding.dense(), c.weights.unembedding.dense())

@@ -23,6 +23,8 @@ from tandem.router.inprocess import InProcessCluster, InProcessWorker, KvLedger
 from tandem.router.membership import Member, StaticMembership
 from tandem.router.policy import WorkerRole
 from tandem.router.service import Router
+from tandem.tokenization import ByteTokenizer
+from tandem.tokenization.selection import fingerprint
 
 MODEL = "tiny"
 
@@ -59,7 +61,11 @@ async def frontend(
 ) -> AsyncIterator[Frontend]:
     roles = roles or {"p1": WorkerRole.PREFILL, "d1": WorkerRole.DECODE}
     ledger = KvLedger()
-    workers = {a: InProcessWorker(a, r, ledger) for a, r in roles.items()}
+    same_tokenizer = fingerprint(ByteTokenizer())
+    workers = {
+        a: InProcessWorker(a, r, ledger, tokenizer_fingerprint=same_tokenizer)
+        for a, r in roles.items()
+    }
     registry = CollectorRegistry()
     ids = itertools.count(1)
     app, router = build_frontend(

@@ -6,8 +6,10 @@ import asyncio
 import json
 from typing import Any
 
+import httpx
 import pytest
 
+from tandem.frontend.app import create_frontend_admin_app
 from tandem.router.inprocess import fake_token
 from tandem.router.policy import WorkerRole
 from tandem.tokenization import ByteTokenizer, ChatMessage
@@ -300,8 +302,12 @@ async def test_unknown_route_and_method() -> None:
     async with frontend() as fe:
         missing = await fe.client.get("/v1/nothing")
         wrong = await fe.client.get("/v1/chat/completions")
+        slash = await fe.client.post("/v1/chat/completions/", json=chat_body())
     assert missing.status_code == 404 and error_of(missing)["code"] == "not_found"
     assert wrong.status_code == 405 and error_of(wrong)["code"] == "method_not_allowed"
+    # Not a bare redirect: an OpenAI error with a request id, like every answer.
+    assert slash.status_code == 404 and error_of(slash)["code"] == "not_found"
+    assert slash.headers["x-request-id"]
 
 
 async def test_mid_stream_failure_ends_with_an_error_event() -> None:
@@ -316,3 +322,21 @@ async def test_mid_stream_failure_ends_with_an_error_event() -> None:
     assert response.status_code == 200
     assert events[-1] == "[DONE]"
     assert events[-2]["error"]["code"] == "generation_failed"
+
+
+async def test_drain_is_on_the_admin_socket_only() -> None:
+    """Clients of the public port cannot take the frontend out of service; the admin
+    app (served on a Unix socket in the pod) drains it for the preStop hook."""
+    async with frontend() as fe:
+        for method in ("GET", "POST"):
+            refused = await fe.client.request(method, "/drain")
+            assert refused.status_code == 404
+            assert error_of(refused)["code"] == "not_found"
+        assert (await fe.client.get("/readyz")).status_code == 200
+        admin = httpx.ASGITransport(app=create_frontend_admin_app(fe.router))
+        async with httpx.AsyncClient(transport=admin, base_url="http://admin") as local:
+            bad = await local.post("/drain", params={"grace_seconds": "soon"})
+            assert bad.status_code == 400
+            drained = await local.post("/drain", params={"grace_seconds": "0"})
+        assert drained.json() == {"in_flight": 0}
+        assert (await fe.client.get("/readyz")).status_code == 503

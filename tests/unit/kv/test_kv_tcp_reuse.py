@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tandem.engines.base import KvRange
 from tandem.kv import KvTransport, PeerInfo, make_transport
 from tandem.kv.envelope import decode_metadata
+from tandem.security import CredentialStore
 
 TIMEOUT_S = 10.0
 
@@ -36,11 +39,16 @@ def peer_of(transport: KvTransport) -> PeerInfo:
     return PeerInfo(transport.worker_id, transport.incarnation, transport.local_metadata())
 
 
-async def open_pair(**serve: float) -> tuple[KvTransport, KvTransport, np.ndarray, np.ndarray]:
+async def open_pair(
+    credentials: CredentialStore | None = None, **serve: float
+) -> tuple[KvTransport, KvTransport, np.ndarray, np.ndarray]:
     remote = np.random.default_rng(1).integers(0, 256, 1 << 16, dtype=np.uint8)
     local = np.zeros(1 << 16, dtype=np.uint8)
-    prefill = make_transport("tcp", worker_id="p", incarnation="a", host="127.0.0.1", **serve)
-    decode = make_transport("tcp", worker_id="d", incarnation="b", host="127.0.0.1")
+    tls = {"credentials": credentials}
+    prefill = make_transport(
+        "tcp", worker_id="p", incarnation="a", host="127.0.0.1", **tls, **serve
+    )
+    decode = make_transport("tcp", worker_id="d", incarnation="b", host="127.0.0.1", **tls)
     await prefill.register([memoryview(remote)])
     await decode.register([memoryview(local)])
     return prefill, decode, remote, local
@@ -60,8 +68,12 @@ async def test_consecutive_reads_share_one_connection() -> None:
         await prefill.close()
 
 
-async def test_a_connection_the_server_closed_while_idle_is_replaced_transparently() -> None:
-    prefill, decode, remote, local = await open_pair(idle_close_s=0.05)
+@pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "mutual-tls"])
+async def test_a_connection_the_server_closed_while_idle_is_replaced_transparently(
+    tls: bool, credentials_dir: Callable[[str, str], Path]
+) -> None:
+    store = CredentialStore(credentials_dir("demo", "creds")) if tls else None
+    prefill, decode, remote, local = await open_pair(store, idle_close_s=0.05)
     try:
         header, _ = decode_metadata(prefill.local_metadata())
         ranges = [KvRange(0, 0, 4096)]

@@ -4,6 +4,7 @@ what it leaves alone. The API server is a recorder here; tests/e2e runs the real
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -204,7 +205,9 @@ async def test_a_queue_scales_the_prefill_pool_up_through_scale(harness: Harness
     assert scale[0][2] == {"spec": {"replicas": 3}}
     event = next(obj for m, _, obj in harness.client.calls if m == "CREATE")
     assert event["reason"] == "QueuedTokensAboveTarget"
-    assert event["message"].startswith("1 -> 3: prefill: ")
+    # As docs/autoscaling.md shows it: the pool, the step, then the policy's numbers.
+    assert event["message"].startswith("prefill: 1 -> 3: ")
+    assert "prefill: " not in event["message"].removeprefix("prefill: ")
     statuses = {p: obj["status"] for m, p, obj in harness.client.calls if m == "APPLY"}
     assert statuses["WorkerPool/c-prefill"]["lastScaleReason"] == "QueuedTokensAboveTarget"
     assert statuses["WorkerPool/c-prefill"]["lastScaleTime"] == "2026-01-01T00:00:00Z"
@@ -242,6 +245,66 @@ async def test_an_unreadable_frontend_changes_nothing(harness: Harness) -> None:
     assert harness.client.calls == []
 
 
+def _amend(harness: Harness) -> StatusResult:
+    empty = StatusResult(cluster=InferenceClusterStatus(conditions=[]), pools={}, events=())
+    return harness.autoscaler.amend_status(harness.cluster(), empty)
+
+
+def _settle(harness: Harness, result: StatusResult) -> None:
+    """The reconciler wrote ``result``: the cache now holds it."""
+    obj = harness.stores["InferenceCluster"].get("ns", "c")
+    assert obj is not None
+    harness.add("InferenceCluster", {**obj, "status": result.cluster.to_wire()})
+
+
+async def test_no_metrics_source_is_said_once_and_put_in_status(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="tandem_operator.autoscaler")
+    harness.source.scrape_result = ScrapeError("run it with --frontend-metrics-url ...",
+                                               reason=reasons.NO_METRICS_SOURCE)  # fmt: skip
+    for _ in range(5):
+        await harness.round()
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert [r.getMessage() for r in warnings] == [
+        "[ns/c] autoscaler: run it with --frontend-metrics-url ..."
+    ]
+    assert harness.enqueued == [("ns", "c")]  # one status rewrite, not one per round
+    amended = _amend(harness)
+    (active,) = [c for c in amended.cluster.conditions if c.type == reasons.SCALING_ACTIVE]
+    assert (active.status, active.reason, active.message) == (
+        "False",
+        reasons.NO_METRICS_SOURCE,
+        "run it with --frontend-metrics-url ...",
+    )
+    assert [(e.type, e.reason) for e in amended.events] == [("Warning", reasons.NO_METRICS_SOURCE)]
+    _settle(harness, amended)
+    assert _amend(harness).events == ()  # already in status: no second Event
+
+    caplog.clear()
+    harness.source.scrape_result = load(decode=LoadSample(at=0, active_sequences=12))
+    await harness.round()
+    await harness.round()
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.INFO] == [
+        "[ns/c] autoscaler: reading the frontends"
+    ]
+    (active,) = [c for c in _amend(harness).cluster.conditions if c.type == reasons.SCALING_ACTIVE]
+    assert (active.status, active.reason) == ("True", reasons.METRICS_AVAILABLE)
+
+
+async def test_a_frontend_not_ready_yet_is_status_but_no_warning(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    harness.source.scrape_result = ScrapeError("no frontend pod is ready",
+                                               reason=reasons.NO_READY_FRONTEND)  # fmt: skip
+    await harness.round()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    amended = _amend(harness)
+    assert amended.events == ()
+    (active,) = [c for c in amended.cluster.conditions if c.type == reasons.SCALING_ACTIVE]
+    assert (active.status, active.reason) == ("False", reasons.NO_READY_FRONTEND)
+
+
 async def test_a_write_the_cache_has_not_seen_is_not_repeated(harness: Harness) -> None:
     harness.source.scrape_result = load(prefill=LoadSample(at=0, queued_tokens=3 * 32768))
     await harness.round()
@@ -264,12 +327,11 @@ async def test_a_held_scale_up_is_reported_as_scaling_limited(harness: Harness) 
     cr = harness.cluster()
     empty = StatusResult(cluster=InferenceClusterStatus(conditions=[]), pools={}, events=())
     amended = harness.autoscaler.amend_status(cr, empty)
-    (condition,) = amended.cluster.conditions
-    assert (condition.type, condition.status, condition.reason) == (
-        reasons.SCALING_LIMITED,
-        "True",
-        "AtMaxReplicas",
-    )
+    found = {c.type: (c.status, c.reason) for c in amended.cluster.conditions}
+    assert found == {
+        reasons.SCALING_LIMITED: ("True", "AtMaxReplicas"),
+        reasons.SCALING_ACTIVE: ("True", reasons.METRICS_AVAILABLE),
+    }
     assert [(e.type, e.reason) for e in amended.events] == [("Warning", reasons.SCALING_LIMITED)]
     # Reported once: the same condition already in status emits nothing new.
     settled = cr.model_copy(update={"status": amended.cluster})

@@ -3,6 +3,7 @@ ScalingLimited, and where metrics are read from."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,20 +19,27 @@ from tandem.autoscale import (
     WorkerLoad,
 )
 from tandem_operator import names, reasons
-from tandem_operator.metrics_source import compute_frontend_targets, parse_url_overrides
+from tandem_operator.metrics_source import (
+    compute_frontend_targets,
+    no_source_message,
+    parse_url_overrides,
+)
 from tandem_operator.scaling import (
     AUTOSCALER_FIELD_MANAGER,
     VICTIM_DELETION_COST,
     autoscaler_runs,
+    compute_active_condition,
     compute_deletion_costs,
     compute_pod_loads,
     compute_pool_counts,
     compute_scaling_condition,
+    compute_scaling_events,
     pool_pods,
     render_cluster_queue_status,
     render_deletion_cost_patches,
     render_event,
     render_pool_scaling_status,
+    render_scale_message,
     render_scale_patch,
 )
 
@@ -269,6 +277,74 @@ def test_previous_conditions_of_other_types_do_not_matter() -> None:
     calm = {PoolRole.PREFILL: decision(1, 1, ScaleReason.WITHIN_TOLERANCE)}
     condition = compute_scaling_condition(calm, previous=[ready], generation=1, now=LATER)
     assert condition.last_transition_time == LATER
+
+
+@pytest.mark.parametrize(
+    ("role", "policy_message", "event"),
+    [
+        (PoolRole.PREFILL, "prefill: 9000 pending prompt tokens = 2.40 replicas of work",
+         "prefill: 1 -> 3: 9000 pending prompt tokens = 2.40 replicas of work"),
+        (PoolRole.DECODE, "no prefix of its own", "decode: 1 -> 3: no prefix of its own"),
+    ],
+)  # fmt: skip
+def test_a_scale_names_the_pool_then_the_step_then_the_numbers(
+    role: PoolRole, policy_message: str, event: str
+) -> None:
+    step = replace(decision(1, 3, ScaleReason.QUEUED_TOKENS_ABOVE_TARGET), message=policy_message)
+    assert render_scale_message(role, step) == event
+
+
+def condition(kind: str, status: str, reason: str) -> Condition:
+    return Condition(type=kind, status=status, reason=reason, last_transition_time=NOW)
+
+
+ACTIVE, LIMITED = reasons.SCALING_ACTIVE, reasons.SCALING_LIMITED
+
+
+@pytest.mark.parametrize(
+    ("previous", "now", "events"),
+    [
+        # Out of the cluster with no metrics URL: one Warning, with the condition's reason.
+        ([], [condition(ACTIVE, "False", reasons.NO_METRICS_SOURCE)],
+         [("Warning", reasons.NO_METRICS_SOURCE)]),
+        ([condition(ACTIVE, "False", reasons.NO_METRICS_SOURCE)],
+         [condition(ACTIVE, "False", reasons.NO_METRICS_SOURCE)], []),  # already said
+        ([condition(ACTIVE, "False", reasons.NO_METRICS_SOURCE)],
+         [condition(ACTIVE, "False", reasons.METRICS_UNAVAILABLE)],
+         [("Warning", reasons.METRICS_UNAVAILABLE)]),
+        # A frontend that is not ready yet is how every cluster starts: no Warning.
+        ([], [condition(ACTIVE, "False", reasons.NO_READY_FRONTEND)], []),
+        ([], [condition(ACTIVE, "True", reasons.METRICS_AVAILABLE)], []),
+        ([], [condition(LIMITED, "True", "AtMaxReplicas")], [("Warning", LIMITED)]),
+        ([condition(LIMITED, "True", "AtMaxReplicas")],
+         [condition(LIMITED, "True", "AtMaxReplicas")], []),
+        ([], [condition(LIMITED, "False", reasons.DESIRED_WITHIN_RANGE)], []),
+    ],
+)  # fmt: skip
+def test_the_autoscalers_conditions_warn_once_when_they_turn_bad(
+    previous: list[Condition], now: list[Condition], events: list[tuple[str, str]]
+) -> None:
+    assert [(e.type, e.reason) for e in compute_scaling_events(previous, now)] == events
+
+
+def test_scaling_active_says_why_not_and_keeps_its_transition_time() -> None:
+    problem = (reasons.NO_METRICS_SOURCE, no_source_message(cluster()))
+    off = compute_active_condition(problem, previous=[], generation=2, now=NOW)
+    assert (off.type, off.status, off.reason) == (ACTIVE, "False", reasons.NO_METRICS_SOURCE)
+    assert off.message == (
+        "the operator runs outside the cluster, where frontend pods cannot be reached: run it "
+        "with --frontend-metrics-url ns/c=http://127.0.0.1:8000 (e.g. through `kubectl "
+        "port-forward -n ns svc/c-frontend 8000`) or *=URL; until then the pools keep their "
+        "size"
+    )
+    still = compute_active_condition(problem, previous=[off], generation=2, now=LATER)
+    assert still.last_transition_time == NOW
+    on = compute_active_condition(None, previous=[still], generation=2, now=LATER)
+    assert (on.status, on.reason, on.last_transition_time) == (
+        "True",
+        reasons.METRICS_AVAILABLE,
+        LATER,
+    )
 
 
 # --------------------------------------------------------------------------- metrics source

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tandem.cli import operator as operator_cli
 from tandem.cli.main import build_parser
+from tandem.portcheck import PortHolder, PortInUseError
+from tandem_operator.manager import default_metrics_host, default_metrics_port
+
+RenderedContainers = Callable[[str, Any], list[dict[str, Any]]]
 
 
 def test_operator_run_flags() -> None:
@@ -37,3 +44,90 @@ def test_lease_namespace_defaults_to_the_pods_namespace(monkeypatch: pytest.Monk
     monkeypatch.delenv("POD_NAMESPACE")
     monkeypatch.setattr(operator_cli, "SA_NAMESPACE_FILE", Path("/nonexistent"))
     assert operator_cli._default_lease_namespace() == operator_cli.DEFAULT_NAMESPACE
+
+
+# ------------------------------------------------------------- images -> rendered pods
+
+
+def test_image_flags_reach_every_frontend_and_worker_container(
+    rendered_containers: RenderedContainers,
+) -> None:
+    args = build_parser().parse_args(
+        ["operator", "run", "--image", "tandem.local/tandem:dev", "--image-pull-policy", "Never"]
+    )
+    containers = rendered_containers("reference-cpu.yaml", operator_cli.render_settings(args))
+    assert {(c["image"], c["imagePullPolicy"]) for c in containers} == {
+        ("tandem.local/tandem:dev", "Never")
+    }
+
+
+def test_trtllm_workers_take_the_trtllm_image_and_the_same_pull_policy(
+    rendered_containers: RenderedContainers,
+) -> None:
+    flags = ["--image", "r.example/t:1", "--trtllm-image", "r.example/trt:1"]
+    args = build_parser().parse_args(["operator", "run", *flags, "--image-pull-policy", "Always"])
+    containers = rendered_containers("gpt-oss-20b-h100.yaml", operator_cli.render_settings(args))
+    images = {c["name"]: (c["image"], c["imagePullPolicy"]) for c in containers}
+    assert images["frontend"] == ("r.example/t:1", "Always")
+    assert {v for k, v in images.items() if k != "frontend"} == {("r.example/trt:1", "Always")}
+
+
+def test_an_unknown_pull_policy_is_refused_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["operator", "run", "--image-pull-policy", "Nevr"])
+    assert "--image-pull-policy: invalid choice: 'Nevr'" in capsys.readouterr().err
+
+
+def test_metrics_bind_loopback_out_of_a_cluster_and_every_address_in_one() -> None:
+    assert build_parser().parse_args(["operator", "run"]).metrics_host is None
+    assert default_metrics_host(in_cluster=False) == "127.0.0.1"
+    # In a pod the kubelet probes the pod IP: the chart passes no --metrics-host.
+    assert default_metrics_host(in_cluster=True) == "0.0.0.0"
+    chart = Path(__file__).resolve().parents[3] / "charts/tandem/templates/operator-deployment.yaml"
+    assert "--metrics-host" not in chart.read_text()
+
+
+def test_the_metrics_port_is_off_kubectls_default_out_of_a_cluster() -> None:
+    # kubectl and helm without a kubeconfig dial localhost:8080.
+    assert build_parser().parse_args(["operator", "run"]).metrics_port is None
+    assert default_metrics_port(in_cluster=False) == 8081
+    assert default_metrics_port(in_cluster=True) == 8080
+
+
+@pytest.mark.parametrize(
+    ("command", "line"),
+    [
+        (
+            "tandem operator run --metrics-port 8080",
+            "an operator is already running (pid 7, port 8080): use it, or `kill 7` first "
+            "(another one beside it, as a standby, needs its own --metrics-port)",
+        ),
+        (
+            "python -m http.server 8080",
+            "port 8080 on 127.0.0.1 is in use by pid 7 (python -m http.server 8080): stop "
+            "it, or pass --metrics-port N",
+        ),
+    ],
+)
+def test_a_taken_metrics_port_says_what_holds_it(command: str, line: str) -> None:
+    taken = PortInUseError("127.0.0.1", 8080, PortHolder(7, command))
+    assert operator_cli._port_taken(taken) == line
+
+
+def test_operator_run_help_shows_every_default() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    operator = sub.choices["operator"]
+    run = next(a for a in operator._actions if isinstance(a, argparse._SubParsersAction))
+    text = " ".join(run.choices["run"].format_help().split())
+    for shown in (
+        "port of /metrics, /healthz, /readyz (default: 8081 out of a cluster, where 8080 is "
+        "what kubectl and helm dial when no kubeconfig is set; in a pod 8080)",
+        "(default: 127.0.0.1 out of a cluster; in a pod 0.0.0.0, for the kubelet's probes)",
+        "concurrent reconciles (default: 8)",
+        "imagePullPolicy of the frontend and worker containers (default: IfNotPresent)",
+        "log level (default: info)",
+        "(default: rdma/ib)",
+    ):
+        assert shown in text, shown
+    assert "(default: None)" not in text and "(default: )" not in text

@@ -47,8 +47,8 @@ def test_frontend_finds_workers_through_the_headless_services() -> None:
     cr = load_inference_cluster(REPO / "manifests" / "examples" / "gpt-oss-120b-gb200.yaml")
     workers = render_frontend_config(cr)["workers"]
     assert workers == {
-        "prefill": "dns:///gpt-oss-120b-prefill.inference.svc:50051",
-        "decode": "dns:///gpt-oss-120b-decode.inference.svc:50051",
+        "prefill": "kubernetes:///gpt-oss-120b-prefill.inference:grpc",
+        "decode": "kubernetes:///gpt-oss-120b-decode.inference:grpc",
     }
 
 

@@ -70,7 +70,10 @@ def test_a_pool_that_does_not_fit_is_refused_with_the_numbers() -> None:
     assert "decode pool (batch 64" in failure.message
     assert "does not fit" in failure.message and "GiB" in failure.message
     assert "H100" in failure.message and "TP1" in failure.message
-    assert "nothing of this generation was applied" in failure.message
+    # A new cluster: nothing ran before, and the message does not pretend otherwise.
+    assert failure.message.endswith(
+        "; nothing was applied (no earlier generation of this cluster runs)"
+    )
     assert "prefill pool" not in failure.message  # the prefill pool fits
 
 
@@ -116,10 +119,40 @@ def test_an_unfit_spec_degrades_and_keeps_the_last_applied_generation() -> None:
     assert found[reasons.DEGRADED][:2] == ("True", reasons.INSUFFICIENT_GPU_MEMORY)
     assert found[reasons.READY][:2] == ("False", reasons.INSUFFICIENT_GPU_MEMORY)
     assert "does not fit" in found[reasons.DEGRADED][2]
+    assert found[reasons.DEGRADED][2].endswith(
+        "; nothing of this generation was applied; the last applied one (generation 2) "
+        "keeps running"
+    )
+    # Generation 2's pods are settled and nothing of generation 3 was sent: not progressing.
+    assert found[reasons.PROGRESSING][:2] == ("False", reasons.INSUFFICIENT_GPU_MEMORY)
     assert result.cluster.observed_generation == 2
     assert [e.reason for e in result.events if e.type == "Warning"] == [
         "NotReady",
         reasons.INSUFFICIENT_GPU_MEMORY,
+    ]
+
+
+def test_a_new_cluster_refused_for_gpu_memory_says_nothing_runs_or_progresses() -> None:
+    cr = too_small()
+    failure = check_rollout(cr)
+    assert isinstance(failure, Failure)
+    nothing = {
+        role: PoolObservation(role=role, desired=1, pool_generation=1, workload=None)
+        for role in PoolRole
+    }
+    result = compute_status(cr, observed(pools=nothing, frontend=None, failure=failure), NOW)
+    found = conditions(result.cluster)
+    assert found[reasons.PROGRESSING] == (
+        "False",
+        reasons.INSUFFICIENT_GPU_MEMORY,
+        "nothing in flight: the latest spec was not applied (see Degraded)",
+    )
+    assert found[reasons.READY][:2] == ("False", reasons.INSUFFICIENT_GPU_MEMORY)
+    assert "no earlier generation of this cluster runs" in found[reasons.READY][2]
+    assert "keeps running" not in found[reasons.DEGRADED][2]
+    assert result.cluster.observed_generation is None
+    assert [(e.type, e.reason) for e in result.events] == [
+        ("Warning", reasons.INSUFFICIENT_GPU_MEMORY)
     ]
 
 
@@ -197,3 +230,29 @@ def test_missing_rdma_devices_are_named() -> None:
     assert classify_unschedulable(message) == reasons.INSUFFICIENT_RDMA
     both = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu, 3 Insufficient rdma/ib."
     assert classify_unschedulable(both) == reasons.INSUFFICIENT_GPU
+
+
+def test_a_missing_model_volume_is_named_once_with_the_fix() -> None:
+    # kube-scheduler 1.36's own words for a pod whose PVC does not exist.
+    scheduler = '0/15 nodes are available: persistentvolumeclaim "models" not found. not found'
+    pod = {
+        "metadata": {"name": "p", "namespace": "inference"},
+        "status": {
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": scheduler,
+                }
+            ]
+        },
+    }
+    problem = observe_pod(pod).problem
+    assert problem is not None
+    assert problem.reason == reasons.VOLUME_MISSING
+    assert problem.message == (
+        "persistentvolumeclaim 'models' does not exist in namespace inference: create it "
+        "and put the model there (spec.model.source pvc://models/...; e.g. "
+        "manifests/storage/models-pvc.yaml, docs/gpu-deployment.md §2)"
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from tandem_operator.harness import free_port
+from tandem.devcluster.ports import allocate_ports
 from tandem_operator.health import HealthState, start_server
 
 
@@ -18,18 +18,22 @@ async def fetch(port: int, path: str) -> tuple[int, str]:
 
 
 async def test_probes_follow_the_state() -> None:
-    clock = {"now": 100.0, "activity": 100.0, "leader": False, "synced": False}
+    clock = {"now": 100.0, "activity": 100.0, "leader": False, "synced": False, "blocked": True}
     state = HealthState(
         last_activity=lambda: clock["activity"],
         stale_after_seconds=60,
         is_leader=lambda: bool(clock["leader"]),
         synced=lambda: bool(clock["synced"]),
+        blocked=lambda: bool(clock["blocked"]),
         monotonic=lambda: clock["now"],
     )
-    port = free_port()
+    (port,) = allocate_ports(1)
     runner = await start_server(state, "127.0.0.1", port)
     try:
         assert (await fetch(port, "/healthz"))[0] == 200
+        # Waiting for the Lease namespace to exist: alive, but nobody can lead.
+        assert (await fetch(port, "/readyz"))[0] == 503
+        clock["blocked"] = False
         assert (await fetch(port, "/readyz"))[0] == 200  # a standby is ready
         clock["leader"] = True
         assert (await fetch(port, "/readyz"))[0] == 503  # a leader must sync its caches first

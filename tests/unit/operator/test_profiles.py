@@ -74,7 +74,11 @@ def test_cpu_workers_get_default_requests_and_no_gpu_placement() -> None:
     assert hardware.resources == {"requests": {"cpu": "1", "memory": "1Gi"}}
     assert hardware.affinity is None
     assert hardware.tolerations == []
-    assert hardware.env == [{"name": "UCX_TLS", "value": "tcp"}]
+    # KV over TCP on the pod network only (never the pod's own loopback).
+    assert hardware.env == [
+        {"name": "UCX_TLS", "value": "tcp"},
+        {"name": "UCX_NET_DEVICES", "value": "eth0"},
+    ]
     assert hardware.capabilities == ()
     assert hardware.resource_claims == []
 

@@ -93,7 +93,8 @@ def test_every_child_is_owned_and_labelled() -> None:
         assert meta["labels"][names.LABEL_MANAGED_BY] == "tandem-operator"
         (owner,) = meta["ownerReferences"]
         assert owner["controller"] is True
-        if obj["kind"] in ("WorkerPool", "ConfigMap") or meta["name"].endswith("-frontend"):
+        cluster_owned = ("WorkerPool", "ConfigMap", "NetworkPolicy")
+        if obj["kind"] in cluster_owned or meta["name"].endswith("-frontend"):
             assert (owner["kind"], owner["uid"]) == ("InferenceCluster", "ic-uid")
         else:
             assert owner["kind"] == "WorkerPool"
@@ -232,3 +233,35 @@ def test_rendering_is_a_sub_tree_of_itself_after_a_server_round_trip() -> None:
 def test_deletion_cost_patch_targets_the_pod_annotation() -> None:
     patch = render_deletion_cost_patch(-5)
     assert patch == {"metadata": {"annotations": {names.ANNOTATION_DELETION_COST: "-5"}}}
+
+
+def test_only_the_frontend_can_call_the_api_and_only_to_watch_endpointslices() -> None:
+    objects = by_kind_name(render_all(load("reference-cpu.yaml")))
+    name = "reference-frontend"
+    account = objects[("ServiceAccount", name)]
+    role = objects[("Role", name)]
+    binding = objects[("RoleBinding", name)]
+    assert account["automountServiceAccountToken"] is False  # only where a pod asks for it
+    assert role["rules"] == [
+        {
+            "apiGroups": ["discovery.k8s.io"],
+            "resources": ["endpointslices"],
+            "verbs": ["list", "watch"],
+        }
+    ]
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "serving"
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": name,
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": "serving"}]
+    for obj in (account, role, binding):
+        assert obj["metadata"]["ownerReferences"][0]["kind"] == "InferenceCluster"
+    frontend = objects[("Deployment", name)]["spec"]["template"]["spec"]
+    assert frontend["serviceAccountName"] == name
+    assert frontend["automountServiceAccountToken"] is True
+    for role_name in ("reference-prefill", "reference-decode"):
+        worker = objects[("Deployment", role_name)]["spec"]["template"]["spec"]
+        assert worker["automountServiceAccountToken"] is False
+        assert "serviceAccountName" not in worker

@@ -258,6 +258,76 @@ def test_degradation_and_recovery_and_resizes_are_events() -> None:
     assert ("Normal", reasons.EVENT_RECOVERED) in events(degraded, observed())
 
 
+LOST = PodObservation("d", problem=PodProblem(reasons.CRASH_LOOP, "back-off restarting"))
+
+
+@pytest.mark.parametrize(
+    ("decode", "frontend", "expected"),
+    [
+        # The autoscaler grew decode 1 -> 2; the new pod is starting. Not a problem.
+        (
+            pool(PoolRole.DECODE, 2, workload=WorkloadObservation(1, 1, 2, 1, 2)),
+            healthy(),
+            [("Normal", reasons.EVENT_POOL_RESIZED)],
+        ),
+        # Grown, but the one ready pod was lost meanwhile.
+        (
+            pool(PoolRole.DECODE, 2, workload=WorkloadObservation(1, 1, 2, 0, 2)),
+            healthy(),
+            [("Warning", reasons.EVENT_NOT_READY), ("Normal", reasons.EVENT_POOL_RESIZED)],
+        ),
+        # Grown, and the new pod crash-loops: a problem, said with its reason.
+        (
+            pool(PoolRole.DECODE, 2, workload=WorkloadObservation(1, 1, 2, 1, 2), pods=(LOST,)),
+            healthy(),
+            [
+                ("Warning", reasons.EVENT_NOT_READY),
+                ("Warning", reasons.CRASH_LOOP),
+                ("Normal", reasons.EVENT_POOL_RESIZED),
+            ],
+        ),
+        # Grown, while the frontend lost its pod.
+        (
+            pool(PoolRole.DECODE, 2, workload=WorkloadObservation(1, 1, 2, 1, 2)),
+            WorkloadObservation(1, 1, 1, 0, 1),
+            [("Warning", reasons.EVENT_NOT_READY), ("Normal", reasons.EVENT_POOL_RESIZED)],
+        ),
+        # Same size, a pod lost: a Warning.
+        (
+            pool(PoolRole.DECODE, 1, workload=WorkloadObservation(1, 1, 1, 0, 1)),
+            healthy(),
+            [("Warning", reasons.EVENT_NOT_READY)],
+        ),
+    ],
+)
+def test_a_scale_up_is_no_warning_but_a_loss_is(
+    decode: PoolObservation, frontend: WorkloadObservation, expected: list[tuple[str, str]]
+) -> None:
+    ready = compute_status(make_cr(), observed(), NOW).cluster
+    obs = observed(pools={**observed().pools, PoolRole.DECODE: decode}, frontend=frontend)
+    assert events(ready, obs) == expected
+
+
+@pytest.mark.parametrize(
+    ("decode", "progressing"),
+    [
+        # The spec was refused before anything existed: nothing is in flight.
+        (pool(PoolRole.DECODE, workload=None), ("False", reasons.LEADER_WORKER_SET_MISSING)),
+        # What exists still rolls out (an earlier generation's change).
+        (
+            pool(PoolRole.DECODE, workload=WorkloadObservation(2, 1, 1, 1, 1)),
+            ("True", reasons.ROLLING_OUT),
+        ),
+    ],
+)
+def test_a_refused_spec_is_not_progressing_unless_something_that_exists_is(
+    decode: PoolObservation, progressing: tuple[str, str]
+) -> None:
+    failure = Failure(reasons.LEADER_WORKER_SET_MISSING, "install lws")
+    obs = observed(pools={**observed().pools, PoolRole.DECODE: decode}, failure=failure)
+    assert conditions(compute_status(make_cr(), obs, NOW))[reasons.PROGRESSING] == progressing
+
+
 def test_pool_status_feeds_the_scale_subresource() -> None:
     result = compute_status(make_cr(), observed(), NOW)
     decode = result.pools[PoolRole.DECODE]

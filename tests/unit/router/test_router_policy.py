@@ -1,4 +1,5 @@
-"""Routing policy tables: decode choice, prefill path, prefill choice, hashing."""
+"""Routing policy tables: decode choice, prefill path, prefill choice (cached tokens
+against load)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,10 @@ from tandem.router.policy import (
     RouteRequest,
     WorkerRole,
     WorkerSnapshot,
-    affinity_key,
     choose_decode_worker,
     choose_prefill_path,
     choose_prefill_worker,
     choose_route,
-    compute_block_hashes,
-    count_prefix_overlap,
 )
 
 P, D, B = WorkerRole.PREFILL, WorkerRole.DECODE, WorkerRole.BOTH
@@ -28,15 +26,12 @@ def w(key: str, role: WorkerRole = D, **kw: object) -> WorkerSnapshot:
     return WorkerSnapshot(key=key, role=role, **kw)  # type: ignore[arg-type]
 
 
-def req(tokens: int = 1000, blocks: int = 0, max_tokens: int = 16) -> RouteRequest:
-    return RouteRequest(tokens, max_tokens, tuple(range(1, blocks + 1)))
-
-
-CACHE = PolicyConfig(decode_prefix_cache=True, block_tokens=100)
+def req(tokens: int = 1000, max_tokens: int = 16) -> RouteRequest:
+    return RouteRequest(tokens, max_tokens)
 
 
 @pytest.mark.parametrize(
-    ("workers", "overlaps", "config", "expected"),
+    ("workers", "cached", "config", "expected"),
     [
         pytest.param(
             [w("a", active_sequences=3), w("b", active_sequences=1)],
@@ -54,31 +49,31 @@ CACHE = PolicyConfig(decode_prefix_cache=True, block_tokens=100)
         ),
         pytest.param(
             [w("a", active_sequences=1), w("b", active_sequences=2)],
-            {"b": 10},
-            CACHE,
+            {"b": 1000},
+            PolicyConfig(),
             "b",
-            id="full-overlap-beats-one-more-sequence",
+            id="fully-cached-beats-one-more-sequence",
         ),
         pytest.param(
             [w("a", active_sequences=1), w("b", active_sequences=4)],
-            {"b": 10},
-            CACHE,
-            "a",
-            id="overlap-loses-to-heavy-load",
-        ),
-        pytest.param(
-            [w("a", active_sequences=1), w("b", active_sequences=2)],
-            {"b": 10},
+            {"b": 1000},
             PolicyConfig(),
             "a",
-            id="overlap-ignored-without-prefix-cache",
+            id="cache-loses-to-heavy-load",
         ),
         pytest.param(
             [w("a", active_sequences=1), w("b", active_sequences=2)],
-            {"b": 10},
-            PolicyConfig(routing=RoutingPolicy.LEAST_LOADED, decode_prefix_cache=True),
+            {"b": 400},
+            PolicyConfig(),
             "a",
-            id="least-loaded-ignores-overlap",
+            id="partly-cached-is-worth-less",
+        ),
+        pytest.param(
+            [w("a", active_sequences=1), w("b", active_sequences=2)],
+            {"b": 1000},
+            PolicyConfig(routing=RoutingPolicy.LEAST_LOADED),
+            "a",
+            id="least-loaded-ignores-the-cache",
         ),
         pytest.param(
             [w("a", healthy=False), w("b", active_sequences=9)],
@@ -118,17 +113,27 @@ CACHE = PolicyConfig(decode_prefix_cache=True, block_tokens=100)
             id="kv-shortage-penalised",
         ),
         pytest.param(
+            [
+                w("a", kv_blocks_total=100, kv_blocks_free=2, kv_block_size=16),
+                w("b", active_sequences=1, kv_blocks_total=100, kv_blocks_free=100),
+            ],
+            {"a": 1000},
+            PolicyConfig(),
+            "a",
+            id="cached-prompt-needs-no-new-blocks",
+        ),
+        pytest.param(
             [w("a", P), w("b", healthy=False)], {}, PolicyConfig(), None, id="none-available"
         ),
     ],
 )
 def test_choose_decode_worker(
     workers: list[WorkerSnapshot],
-    overlaps: dict[str, int],
+    cached: dict[str, int],
     config: PolicyConfig,
     expected: str | None,
 ) -> None:
-    chosen = choose_decode_worker(workers, req(blocks=10), overlaps, config)
+    chosen = choose_decode_worker(workers, req(1000, max_tokens=8), cached, config)
     assert (chosen.key if chosen else None) == expected
 
 
@@ -140,7 +145,7 @@ def test_round_robin_cycles_in_key_order() -> None:
 
 
 @pytest.mark.parametrize(
-    ("workers", "tokens", "overlap", "config", "failed", "expected"),
+    ("workers", "tokens", "cached", "config", "failed", "expected"),
     [
         pytest.param(
             [w("d")],
@@ -181,8 +186,8 @@ def test_round_robin_cycles_in_key_order() -> None:
         pytest.param(
             [w("d"), w("p", P)],
             1000,
-            6,
-            PolicyConfig(min_prefill_tokens=512, decode_prefix_cache=True, block_tokens=100),
+            600,
+            PolicyConfig(min_prefill_tokens=512),
             set(),
             (PrefillPath.LOCAL, DecisionReason.CACHED_PREFIX),
             id="mostly-cached",
@@ -190,11 +195,38 @@ def test_round_robin_cycles_in_key_order() -> None:
         pytest.param(
             [w("d"), w("p", P)],
             1000,
-            6,
+            400,
             PolicyConfig(min_prefill_tokens=512),
             set(),
             (PrefillPath.REMOTE, DecisionReason.LONG_PROMPT),
-            id="overlap-ignored-without-prefix-cache",
+            id="partly-cached-still-remote",
+        ),
+        pytest.param(
+            [w("d"), w("p", P)],
+            1000,
+            600,
+            PolicyConfig(min_prefill_tokens=512, routing=RoutingPolicy.ROUND_ROBIN),
+            set(),
+            (PrefillPath.REMOTE, DecisionReason.LONG_PROMPT),
+            id="cache-ignored-unless-kv-aware",
+        ),
+        pytest.param(
+            [w("d", config_digest="m1"), w("p", P, config_digest="m2")],
+            5000,
+            0,
+            PolicyConfig(),
+            set(),
+            (PrefillPath.LOCAL, DecisionReason.PREFILL_INCOMPATIBLE),
+            id="other-model-in-the-pool",
+        ),
+        pytest.param(
+            [w("d", config_digest="m1"), w("p", P)],
+            5000,
+            0,
+            PolicyConfig(),
+            set(),
+            (PrefillPath.REMOTE, DecisionReason.LONG_PROMPT),
+            id="unknown-digest-is-not-held-against-a-worker",
         ),
         pytest.param(
             [w("d"), w("p", P, healthy=False)],
@@ -255,69 +287,98 @@ def test_round_robin_cycles_in_key_order() -> None:
 def test_choose_prefill_path(
     workers: list[WorkerSnapshot],
     tokens: int,
-    overlap: int,
+    cached: int,
     config: PolicyConfig,
     failed: set[str],
     expected: tuple[PrefillPath, DecisionReason],
 ) -> None:
-    got = choose_prefill_path(workers, req(tokens), "d", overlap, config, failed_prefill=failed)
+    decode = next(x for x in workers if x.key == "d")
+    got = choose_prefill_path(workers, req(tokens), decode, cached, config, failed_prefill=failed)
     assert got == expected
 
 
 @pytest.mark.parametrize(
-    ("workers", "sticky", "expected"),
+    ("workers", "cached", "config", "expected"),
     [
         pytest.param(
             [w("a", P, queued_prefill_tokens=900), w("b", P, queued_prefill_tokens=100)],
-            None,
+            {},
+            PolicyConfig(),
             "b",
             id="least-pending-tokens",
         ),
         pytest.param(
             [w("a", P, queued_prefill_tokens=900), w("b", P, queued_prefill_tokens=100)],
+            {"a": 1000},
+            PolicyConfig(),
             "a",
-            "a",
-            id="sticky-within-slack",
+            id="cached-prompt-beats-a-shorter-queue",
         ),
         pytest.param(
-            [w("a", P, queued_prefill_tokens=20000), w("b", P, queued_prefill_tokens=0)],
-            "a",
+            [w("a", P, queued_prefill_tokens=2000), w("b", P, queued_prefill_tokens=100)],
+            {"a": 1000},
+            PolicyConfig(),
             "b",
-            id="sticky-beyond-slack",
+            id="cache-loses-to-a-long-queue",
+        ),
+        pytest.param(
+            [w("a", P, queued_prefill_tokens=900), w("b", P, queued_prefill_tokens=100)],
+            {"a": 1000},
+            PolicyConfig(routing=RoutingPolicy.LEAST_LOADED),
+            "b",
+            id="least-loaded-ignores-the-cache",
         ),
         pytest.param(
             [w("a", P, healthy=False), w("b", P, queued_prefill_tokens=5000)],
-            "a",
+            {"a": 1000},
+            PolicyConfig(),
             "b",
-            id="sticky-unhealthy",
+            id="unhealthy-skipped",
         ),
         pytest.param(
             [w("a", P, queued_prefill_tokens=10**6), w("b", P, queued_prefill_tokens=10)],
-            None,
+            {},
+            PolicyConfig(prefill_saturation_tokens=10**5),
             "b",
             id="saturated-skipped",
         ),
         pytest.param(
             [w("a", P, queued_requests=3), w("b", P, queued_requests=1)],
-            None,
+            {},
+            PolicyConfig(),
             "b",
             id="tie-on-tokens-fewer-requests",
         ),
-        pytest.param([w("a", D), w("b", D)], None, None, id="no-prefill-role"),
-        pytest.param([w("a", P, queued_prefill_tokens=10**6)], None, None, id="all-saturated"),
+        pytest.param(
+            [w("a", P, config_digest="m2"), w("b", P, queued_prefill_tokens=10**4)],
+            {"a": 1000},
+            PolicyConfig(),
+            "b",
+            id="other-model-skipped",
+        ),
+        pytest.param([w("a", D), w("b", D)], {}, PolicyConfig(), None, id="no-prefill-role"),
+        pytest.param(
+            [w("a", P, queued_prefill_tokens=10**6)],
+            {},
+            PolicyConfig(prefill_saturation_tokens=10**5),
+            None,
+            id="all-saturated",
+        ),
     ],
 )
 def test_choose_prefill_worker(
-    workers: list[WorkerSnapshot], sticky: str | None, expected: str | None
+    workers: list[WorkerSnapshot],
+    cached: dict[str, int],
+    config: PolicyConfig,
+    expected: str | None,
 ) -> None:
-    config = PolicyConfig(affinity_slack_tokens=8192, prefill_saturation_tokens=10**5)
-    chosen = choose_prefill_worker(workers, sticky, config)
+    chosen = choose_prefill_worker(workers, req(1000), cached, config, decode_digest="m1")
     assert (chosen.key if chosen else None) == expected
 
 
 def test_choose_prefill_worker_excludes_failed() -> None:
     workers = [w("a", P), w("b", P, queued_prefill_tokens=50)]
-    chosen = choose_prefill_worker(workers, None, PolicyConfig(), exclude={"a"})
+    chosen = choose_prefill_worker(workers, req(), {}, PolicyConfig(), exclude={"a"})
     assert chosen is not None and chosen.key == "b"
 
 
@@ -329,10 +390,10 @@ def test_choose_route_remote_and_local() -> None:
         w("p2", P, queued_prefill_tokens=9),
     ]
     config = PolicyConfig(min_prefill_tokens=100)
-    remote = choose_route(workers, req(500), {}, None, config)
+    remote = choose_route(workers, req(500), {}, config)
     assert remote is not None
     assert (remote.decode, remote.prefill, remote.path) == ("d2", "p1", PrefillPath.REMOTE)
-    local = choose_route(workers, req(50), {}, None, config)
+    local = choose_route(workers, req(50), {}, config)
     assert local is not None
     assert (local.decode, local.prefill, local.path) == ("d2", None, PrefillPath.LOCAL)
     assert local.reason is DecisionReason.SHORT_PROMPT
@@ -344,44 +405,24 @@ def test_choose_route_skips_failed_workers() -> None:
         workers,
         req(5000),
         {},
-        None,
         PolicyConfig(),
         failed_decode={"d1"},
         failed_prefill={"p1"},
     )
     assert route is not None and (route.decode, route.prefill) == ("d2", "p2")
-    assert (
-        choose_route(workers, req(), {}, None, PolicyConfig(), failed_decode={"d1", "d2"}) is None
-    )
+    assert choose_route(workers, req(), {}, PolicyConfig(), failed_decode={"d1", "d2"}) is None
 
 
-@pytest.mark.parametrize("length", [0, 1, 127, 128, 129, 255, 256, 1000])
-def test_block_hashes_cover_full_blocks_only(length: int) -> None:
-    tokens = list(range(length))
-    assert len(compute_block_hashes(tokens, 128, 100)) == length // 128
-    assert len(compute_block_hashes(tokens, 128, 2)) == min(length // 128, 2)
-
-
-def test_block_hashes_are_prefix_chained() -> None:
-    a = [1] * 300
-    b = [1] * 200 + [2] * 100
-    c = [2] + [1] * 299
-    ha, hb, hc = (compute_block_hashes(t, 100, 10) for t in (a, b, c))
-    assert ha[:2] == hb[:2] and ha[2] != hb[2]
-    # Same later blocks after a different first block never match: the hash is chained.
-    assert all(x != y for x, y in zip(ha, hc, strict=True))
-
-
-@pytest.mark.parametrize(
-    ("hashes", "cached", "expected"),
-    [((1, 2, 3), {1, 2, 3}, 3), ((1, 2, 3), {1, 3}, 1), ((1, 2, 3), {2, 3}, 0), ((), {1}, 0)],
-)
-def test_count_prefix_overlap(hashes: tuple[int, ...], cached: set[int], expected: int) -> None:
-    assert count_prefix_overlap(hashes, cached) == expected
-
-
-def test_affinity_key_uses_first_blocks() -> None:
-    config = PolicyConfig(affinity_blocks=2)
-    assert affinity_key(RouteRequest(10, 1, ()), config) is None
-    assert affinity_key(RouteRequest(10, 1, (7,)), config) == 7
-    assert affinity_key(RouteRequest(10, 1, (7, 8, 9)), config) == 8
+def test_choose_route_sends_a_prompt_to_the_workers_that_cache_it() -> None:
+    workers = [
+        w("d1"),
+        w("d2", active_sequences=1),
+        w("p1", P),
+        w("p2", P, queued_prefill_tokens=300),
+    ]
+    config = PolicyConfig(min_prefill_tokens=512)
+    remote = choose_route(workers, req(5000), {"d2": 4000, "p2": 4000}, config)
+    assert remote is not None and (remote.decode, remote.prefill) == ("d2", "p2")
+    local = choose_route(workers, req(1200), {"d2": 1024}, config)
+    assert local is not None and (local.decode, local.prefill) == ("d2", None)
+    assert local.reason is DecisionReason.CACHED_PREFIX

@@ -61,6 +61,12 @@ class FlakyMembership:
             raise RuntimeError("membership backend exploded")
         return list(self.members_now)
 
+    def on_change(self, callback: Callable[[], None]) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
 
 def make_router(
     membership: FlakyMembership, workers: list[InProcessWorker]

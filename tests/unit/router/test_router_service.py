@@ -308,6 +308,12 @@ async def test_membership_changes_add_and_retire_workers() -> None:
         async def members(self) -> list[Member]:
             return list(members)
 
+        def on_change(self, callback: Callable[[], None]) -> None:
+            pass
+
+        async def close(self) -> None:
+            pass
+
     cluster = InProcessCluster([*fx.workers.values(), extra])
     router = Router(Mutable(), cluster, RouterMetrics(CollectorRegistry()), fx.router.config)
     async with router.running():
@@ -320,6 +326,66 @@ async def test_membership_changes_add_and_retire_workers() -> None:
         assert fx.workers["d1"].closed
         chunks = await collect(router, request(SHORT))
     assert chunks[0].route is not None and chunks[0].route.decode_worker == "d2"
+
+
+class WatchedMembership:
+    """Members that change at the test's word and say so, as an EndpointSlice watch does."""
+
+    def __init__(self, members: list[Member]) -> None:
+        self.now = members
+        self._callbacks: list[Callable[[], None]] = []
+
+    async def members(self) -> list[Member]:
+        return list(self.now)
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        self._callbacks.append(callback)
+
+    def replace(self, members: list[Member]) -> None:
+        self.now = members
+        for callback in self._callbacks:
+            callback()
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_a_watched_change_is_adopted_at_once_not_at_the_next_interval() -> None:
+    fx = Fixture({"d1": D})  # health every hour: only a change can trigger a round
+    extra = InProcessWorker("d2", D, fx.ledger)
+    membership = WatchedMembership([Member("d1", D)])
+    cluster = InProcessCluster([*fx.workers.values(), extra])
+    router = Router(membership, cluster, RouterMetrics(CollectorRegistry()), fx.router.config)
+    async with router.running():
+        membership.replace([Member("d1", D), Member("d2", D)])
+        await eventually(lambda: {w.address for w in router.workers() if w.healthy} == {"d1", "d2"})
+
+
+async def test_a_request_during_a_rollout_waits_for_the_new_worker_instead_of_failing() -> None:
+    # The old decode worker has just exited (its port refuses), the new one has just
+    # joined: the request finds no usable worker for a moment and must not fail.
+    fx = Fixture({"d1": D})
+    new = InProcessWorker("d2", D, fx.ledger)
+    membership = WatchedMembership([Member("d1", D)])
+    cluster = InProcessCluster([*fx.workers.values(), new])
+    router = Router(membership, cluster, RouterMetrics(CollectorRegistry()), fx.router.config)
+    async with router.running():
+        fx.workers["d1"].kill()
+        membership.replace([Member("d2", D)])  # the round it wakes has not run yet
+        chunks = await collect(router, request(SHORT))
+    assert chunks[0].route is not None and chunks[0].route.decode_worker == "d2"
+    assert tokens(chunks) == expected(request(SHORT))
+
+
+async def test_with_nothing_changing_a_missing_worker_fails_at_once() -> None:
+    fx = Fixture({"d1": D}, worker_wait_seconds=30.0)
+    fx.workers["d1"].kill()
+    async with running(fx) as router:
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(NoWorkerAvailableError):
+            await collect(router, request(SHORT))
+    # No membership change pending and no unchecked worker: no reason to hold it.
+    assert asyncio.get_running_loop().time() - started < 5.0
 
 
 async def test_draining_waits_for_in_flight_and_refuses_new_requests() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tandem.api.base import OpenObject
 from tandem.api.v1alpha1 import InferenceCluster, PoolRole
 from tandem.api.validate import load_inference_cluster
 from tandem.frontend.config import FrontendConfig, compute_router_config
@@ -58,8 +59,12 @@ def test_one_process_per_replica_with_distinct_ports(
         assert flags["--engine"] == "reference"
         assert flags["--kv-backend"] == "nixl"
         assert json.loads(flags["--engine-options"]) == {}
+        # Mutual TLS even on one machine: the credentials the supervisor issues.
+        assert flags["--credentials"] == str(tmp_path / "credentials") == str(p.credentials_dir)
         # UCX_TLS from kvTransfer.ucxTransports; loopback only, always.
         assert dict(worker.env) == {"UCX_NET_DEVICES": "lo", "UCX_TLS": "tcp"}
+    frontend = list(p.frontend.argv)
+    assert frontend[frontend.index("--credentials") + 1] == str(p.credentials_dir)
 
 
 def test_the_worker_cli_accepts_the_planned_command_line(tmp_path: Path) -> None:
@@ -108,7 +113,7 @@ def test_operator_frontend_document_loads(tmp_path: Path) -> None:
     doc = contract.render_frontend_config(cluster(1, 1))
     config = FrontendConfig.model_validate(doc)
     assert config.served_model == "reference"
-    assert config.workers["decode"].startswith("dns:///")  # type: ignore[union-attr]
+    assert config.workers["decode"] == "kubernetes:///reference-decode.default:grpc"
 
 
 def _state() -> ClusterState:
@@ -153,3 +158,24 @@ def test_status_without_a_frontend_answer_has_nothing_ready() -> None:
     status = compute_status(_state(), {"supervisor": False}, None)
     assert status["phase"] == "stopped"
     assert all(p["ready"] == 0 for p in status["pools"].values())
+
+
+def test_simulated_workers_model_the_specs_gpu_model_and_parallelism(tmp_path: Path) -> None:
+    example = EXAMPLE.parent / "simulated-gpt-oss-120b-gb200.yaml"
+    base = load_inference_cluster(example)
+    decode = base.spec.decode.model_copy(
+        update={"tensor_parallel_size": 4, "engine_options": OpenObject(speedup=5)}
+    )
+    c = base.model_copy(update={"spec": base.spec.model_copy(update={"decode": decode})})
+    p = plan(c, tmp_path)
+    options = {}
+    for worker in p.workers:
+        argv = list(worker.argv)
+        flags = dict(zip(argv[3::2], argv[4::2], strict=True))
+        assert flags["--engine"] == "simulated"
+        assert flags["--tokenizer"] == "harmony"
+        options[worker.component] = json.loads(flags["--engine-options"])
+    common = {"model": "openai/gpt-oss-120b", "accelerator": "gb200", "kv_cache_dtype": "fp8"}
+    assert options["prefill"] == {**common, "tensor_parallel_size": 1, "speedup": 1}
+    # The pool's own options win over the cluster's; the spec fills only what is unset.
+    assert options["decode"] == {**common, "tensor_parallel_size": 4, "speedup": 5}

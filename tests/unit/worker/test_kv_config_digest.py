@@ -2,8 +2,10 @@
 (another model, weights or KV layout): the bytes would fit, and decode into garbage.
 
 Real workers on 127.0.0.1 (gRPC, TCP KV, reference engine) whose models differ only in
-their weights' seed, so their KV layouts agree byte for byte; the router in front of
-them falls back to a local prefill and the answer is the decode worker's own.
+their weights' seed, so their KV layouts agree byte for byte. Asked directly, the decode
+worker refuses the KV; the router in front of them (which learns every worker's digest
+from Health) never pairs them and prefills locally, so the answer is the decode worker's
+own.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ async def test_kv_from_another_config_is_refused_counted_and_the_router_falls_ba
 
     route = chunks[0].route
     assert route is not None and route.path is PrefillPath.LOCAL
-    assert route.reason is DecisionReason.PREFILL_FAILED
+    assert route.reason is DecisionReason.PREFILL_INCOMPATIBLE
     assert [t for c in chunks for t in c.token_ids] == local
-    assert refused == 2
-    assert held == 0  # the router released what it had parked on p1
+    assert refused == 1  # the direct attempt; the router never sent p1's KV to d1
+    assert held == 0

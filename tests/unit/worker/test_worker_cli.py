@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tandem.api.v1alpha1 import PoolRole
 from tandem.api.validate import load_inference_cluster
+from tandem.security import CredentialsError
 from tandem.worker.contract import ContractError, read_contract
-from tandem.worker.main import build_parser, load_contract, resolve_config
+from tandem.worker.main import build_parser, load_contract, open_credentials, resolve_config
 from tandem.worker.types import Role
 from tandem_operator.contract import render_worker_config, worker_command
 
@@ -27,16 +31,22 @@ def test_the_operators_pod_command_and_document_configure_the_worker(
     config_file.write_text(json.dumps(document))
     command = worker_command(role)
     assert command[:3] == ["python", "-m", "tandem.worker"]
-    argv = [*command[3:]]
+    env = {"POD_NAME": f"{cr.metadata.name}-{role.value}-7d9f", "POD_IP": "10.0.0.7"}
+    # The kubelet expands $(VAR) from the container's env before the process starts.
+    argv = [a.replace("$(POD_IP)", env["POD_IP"]) for a in command[3:]]
     argv[argv.index("--config") + 1] = str(config_file)
 
     args = build_parser().parse_args(argv)
-    env = {"POD_NAME": f"{cr.metadata.name}-{role.value}-7d9f", "POD_IP": "10.0.0.7"}
     config = resolve_config(args, load_contract(args.config), env)
 
     assert config.role is Role(role.value)
     assert config.worker_id == env["POD_NAME"]
     assert config.public_host == env["POD_IP"]
+    # It listens on the pod IP only, with the cluster's credentials; /drain is on a
+    # Unix socket in the pod.
+    assert config.host == env["POD_IP"]
+    assert str(config.credentials_dir) == "/var/run/tandem/credentials"
+    assert str(config.admin_socket) == "/tmp/tandem-admin.sock"
     assert config.engine == cr.spec.engine.kind.value
     assert config.kv_backend == cr.spec.kv_transfer.backend.value
     assert config.kv_transfer_timeout_s == cr.spec.kv_transfer.timeout_seconds
@@ -83,3 +93,31 @@ def test_a_role_is_required() -> None:
 def test_unusable_documents_are_rejected(document: dict[str, object]) -> None:
     with pytest.raises(ContractError):
         read_contract(document)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "10.0.0.7"])
+def test_without_credentials_a_worker_listens_on_loopback_only(host: str) -> None:
+    args = build_parser().parse_args(["--role=both", f"--host={host}", "--kv-backend=tcp"])
+    config = resolve_config(args, load_contract(None), {})
+    with pytest.raises(CredentialsError, match="pass --credentials DIR"):
+        open_credentials(config)
+    loopback = build_parser().parse_args(["--role=both", "--kv-backend=tcp"])
+    assert open_credentials(resolve_config(loopback, load_contract(None), {})) is None
+
+
+def test_unusable_credentials_stop_the_worker_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "ca.crt").write_text("not a certificate")
+    (tmp_path / "tls.crt").write_text("")
+    (tmp_path / "tls.key").write_text("")
+    result = subprocess.run(
+        [sys.executable, "-m", "tandem.worker", "--role=both", f"--credentials={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"worker {socket.gethostname()} cannot start: credentials in {tmp_path}: "
+        "ca.crt holds no PEM certificate"
+    )

@@ -1,9 +1,10 @@
-"""The batch loop against a scripted engine (the scheduler's own logic, isolated)."""
+"""The engine loop against a scripted engine (the loop's own logic, isolated)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -13,27 +14,43 @@ from tandem.engines.base import (
     EngineStats,
     FinishReason,
     KvCapacityError,
+    KvLayout,
+    PrefillResult,
     SamplingParams,
     StepOutput,
 )
 from tandem.worker.engine_runner import EngineRunner
 from tandem.worker.errors import WorkerBusy, WorkerError
-from tandem.worker.scheduler import DecodeBatcher, StepItem
+from tandem.worker.scheduler import EngineLoop, StepItem
 
 SAMPLING = SamplingParams(max_tokens=3)
 
 
 class ScriptedEngine:
-    """``step`` emits 1, 2, 3 ... per sequence and finishes at max_tokens; ``fail_next``
-    makes the next step raise instead."""
+    """``step`` emits 1, 2, 3 ... per decoding sequence and finishes at max_tokens; a
+    queued prefill of n tokens finishes on its ceil(n / 4)-th step (first token 100);
+    ``fail_next`` makes the next step raise instead."""
 
     def __init__(self) -> None:
         self.generated: dict[str, int] = {}
-        self.batches: list[tuple[str, ...]] = []
+        self.prefilling: dict[str, int] = {}  # request -> prompt tokens left
+        self.batches: list[tuple[str, ...]] = []  # decoding ids per step
+        self.prefill_steps: list[tuple[str, ...]] = []  # prefilling ids per step
+        self.released: list[str] = []
         self.fail_next: list[Exception] = []
+        self.refuse_prefill: Exception | None = None
+        self.started = threading.Event()  # a prefill was queued
+        self.released_one = threading.Event()
+
+    def start_prefill(self, request_id: str, prompt: Sequence[int], _: SamplingParams) -> None:
+        if self.refuse_prefill is not None:
+            raise self.refuse_prefill
+        self.prefilling[request_id] = len(prompt)
+        self.started.set()
 
     def step(self, sampling: dict[str, SamplingParams]) -> list[StepOutput]:
         self.batches.append(tuple(sampling))
+        self.prefill_steps.append(tuple(self.prefilling))
         if self.fail_next:
             raise self.fail_next.pop(0)
         outputs = []
@@ -42,20 +59,31 @@ class ScriptedEngine:
             self.generated[rid] = n
             done = FinishReason.LENGTH if n >= params.max_tokens else None
             outputs.append(StepOutput(rid, n, done))
+        for rid in list(self.prefilling):
+            self.prefilling[rid] -= 4
+            if self.prefilling[rid] <= 0:
+                del self.prefilling[rid]
+                result = PrefillResult(100, 0, KvLayout(0, ()))
+                outputs.append(StepOutput(rid, 100, None, prefill=result))
         return outputs
+
+    def release(self, request_id: str) -> None:
+        self.prefilling.pop(request_id, None)
+        self.released.append(request_id)
+        self.released_one.set()
 
     def stats(self) -> EngineStats:
         return EngineStats(len(self.generated), 10, 10, 16)
 
 
 @pytest.fixture
-async def batcher() -> AsyncIterator[tuple[DecodeBatcher, ScriptedEngine]]:
+async def loop() -> AsyncIterator[tuple[EngineLoop, ScriptedEngine]]:
     engine = ScriptedEngine()
     runner = EngineRunner(ThreadPoolExecutor(1), engine)  # type: ignore[arg-type]
-    batcher = DecodeBatcher(runner)
-    batcher.start()
-    yield batcher, engine
-    await batcher.stop()
+    engine_loop = EngineLoop(runner)
+    engine_loop.start()
+    yield engine_loop, engine
+    await engine_loop.stop()
     runner.shutdown()
 
 
@@ -69,51 +97,108 @@ async def drain(queue: asyncio.Queue[StepItem]) -> list[StepItem]:
                 return items
 
 
+def tokens(items: list[StepItem]) -> list[int]:
+    return [o.token for o in items if isinstance(o, StepOutput)]
+
+
 async def test_each_sequence_gets_its_own_tokens_until_it_finishes(
-    batcher: tuple[DecodeBatcher, ScriptedEngine],
+    loop: tuple[EngineLoop, ScriptedEngine],
 ) -> None:
-    loop, engine = batcher
-    a = loop.add("a", SAMPLING)
-    b = loop.add("b", SamplingParams(max_tokens=5))
+    engine_loop, engine = loop
+    a = engine_loop.add("a", SAMPLING)
+    b = engine_loop.add("b", SamplingParams(max_tokens=5))
     got_a, got_b = await drain(a), await drain(b)
-    assert [o.token for o in got_a if isinstance(o, StepOutput)] == [1, 2, 3]
-    assert [o.token for o in got_b if isinstance(o, StepOutput)] == [1, 2, 3, 4, 5]
-    assert len(loop) == 0
+    assert tokens(got_a) == [1, 2, 3]
+    assert tokens(got_b) == [1, 2, 3, 4, 5]
+    assert len(engine_loop) == 0
     assert ("a", "b") in engine.batches  # they were stepped together
 
 
-async def test_kv_exhaustion_fails_the_newest_and_keeps_the_rest(
-    batcher: tuple[DecodeBatcher, ScriptedEngine],
+async def test_a_long_prefill_runs_between_decode_steps(
+    loop: tuple[EngineLoop, ScriptedEngine],
 ) -> None:
-    loop, engine = batcher
+    """A 40-token prompt needs 10 steps; the decode stream gets a token from each of
+    them instead of waiting for the whole prefill."""
+    engine_loop, engine = loop
+    stream = engine_loop.add("decoding", SamplingParams(max_tokens=1000))
+    await stream.get()
+    result = await asyncio.wait_for(engine_loop.prefill("long", [1] * 40, SAMPLING), 10)
+    assert result.first_token == 100
+    shared = [i for i, ids in enumerate(engine.prefill_steps) if "long" in ids]
+    assert len(shared) == 10
+    assert all(engine.batches[i] == ("decoding",) for i in shared)
+    engine_loop.remove("decoding")
+
+
+async def test_a_prefill_finishing_in_its_first_step_resolves(
+    loop: tuple[EngineLoop, ScriptedEngine],
+) -> None:
+    engine_loop, _ = loop
+    for index in range(20):
+        result = await asyncio.wait_for(engine_loop.prefill(f"p{index}", [1], SAMPLING), 10)
+        assert result.first_token == 100
+
+
+async def test_a_refused_prefill_raises_and_leaves_nothing_queued(
+    loop: tuple[EngineLoop, ScriptedEngine],
+) -> None:
+    engine_loop, engine = loop
+    engine.refuse_prefill = KvCapacityError("pool full")
+    with pytest.raises(KvCapacityError, match="pool full"):
+        await engine_loop.prefill("p", [1] * 8, SAMPLING)
+    engine.refuse_prefill = None
+    assert (await asyncio.wait_for(engine_loop.prefill("q", [1], SAMPLING), 10)).first_token == 100
+
+
+async def test_a_prefill_whose_caller_left_is_released(
+    loop: tuple[EngineLoop, ScriptedEngine],
+) -> None:
+    engine_loop, engine = loop
+    waiter = asyncio.ensure_future(engine_loop.prefill("gone", [1] * 4000, SAMPLING))
+    assert await asyncio.to_thread(engine.started.wait, 10)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert await asyncio.to_thread(engine.released_one.wait, 10)
+    assert engine.released == ["gone"]
+    assert "gone" not in engine.prefilling
+
+
+async def test_kv_exhaustion_fails_the_newest_and_keeps_the_rest(
+    loop: tuple[EngineLoop, ScriptedEngine],
+) -> None:
+    engine_loop, engine = loop
     engine.fail_next.append(KvCapacityError("no blocks"))
-    old = loop.add("old", SAMPLING)
-    new = loop.add("new", SAMPLING)
+    old = engine_loop.add("old", SAMPLING)
+    new = engine_loop.add("new", SAMPLING)
     got_new = await drain(new)
     got_old = await drain(old)
     assert isinstance(got_new[-1], WorkerBusy)
-    assert [o.token for o in got_old if isinstance(o, StepOutput)] == [1, 2, 3]
+    assert tokens(got_old) == [1, 2, 3]
 
 
-async def test_engine_failure_fails_the_whole_batch(
-    batcher: tuple[DecodeBatcher, ScriptedEngine],
+async def test_engine_failure_fails_decodes_and_prefills(
+    loop: tuple[EngineLoop, ScriptedEngine],
 ) -> None:
-    loop, engine = batcher
+    engine_loop, engine = loop
     engine.fail_next.append(EngineError("boom"))
-    first, second = loop.add("x", SAMPLING), loop.add("y", SAMPLING)
+    first, second = engine_loop.add("x", SAMPLING), engine_loop.add("y", SAMPLING)
+    prefill = asyncio.ensure_future(engine_loop.prefill("z", [1] * 400, SAMPLING))
     failed = [await drain(first), await drain(second)]
     assert all(isinstance(items[-1], WorkerError) for items in failed)
     assert "boom" in str(failed[0][-1])
-    assert len(loop) == 0
+    with pytest.raises(WorkerError, match="boom"):
+        await asyncio.wait_for(prefill, 10)
+    assert len(engine_loop) == 0
 
 
 async def test_a_removed_sequence_is_no_longer_stepped(
-    batcher: tuple[DecodeBatcher, ScriptedEngine],
+    loop: tuple[EngineLoop, ScriptedEngine],
 ) -> None:
-    loop, engine = batcher
-    loop.add("left", SamplingParams(max_tokens=1_000_000))
-    loop.remove("left")
-    stay = loop.add("stay", SAMPLING)
+    engine_loop, engine = loop
+    engine_loop.add("left", SamplingParams(max_tokens=1_000_000))
+    engine_loop.remove("left")
+    stay = engine_loop.add("stay", SAMPLING)
     await drain(stay)
     last_batches = engine.batches[-2:]
     assert all("left" not in batch for batch in last_batches)

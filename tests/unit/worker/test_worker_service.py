@@ -25,8 +25,9 @@ GREEDY = SamplingParams(max_tokens=6)
 
 
 class StepGate:
-    """Holds the worker's decode steps until opened, so a test can look at a running
-    sequence that cannot finish on its own (whatever tokens the model picks)."""
+    """Holds the worker's decode steps (engine steps with a decoding sequence) until
+    opened, so a test can look at a running sequence that cannot finish on its own
+    (whatever tokens the model picks); prefill-only steps still run."""
 
     def __init__(self, worker: RunningWorker) -> None:
         self._opened = threading.Event()
@@ -34,7 +35,8 @@ class StepGate:
         step = engine.step
 
         def gated(batch: dict[str, SamplingParams]) -> list[StepOutput]:
-            self._opened.wait(timeout=30)
+            if batch:
+                self._opened.wait(timeout=30)
             return step(batch)
 
         engine.step = gated  # type: ignore[method-assign]
@@ -284,3 +286,25 @@ async def test_kv_whose_lease_ran_out_before_the_claim_is_never_read(
         await eventually(lambda: _all_blocks_free(d.client))
     registry = prefill.service.metrics.registry
     assert registry.get_sample_value("tandem_worker_kv_claims_total", {"outcome": "gone"}) == 1
+
+
+async def test_prefix_cache_hits_are_counted(worker: WorkerFactory) -> None:
+    """Concurrent local requests sharing a 96-token prefix: the first computes it, the
+    ones after reuse it, and every answer equals that request alone on a fresh worker."""
+    system = prompt_of(96, seed=7)
+    prompts = [system + prompt_of(5 + i, seed=10 + i) for i in range(3)]
+    async with worker(Role.BOTH, "cached") as both:
+        first = await collect(both.client, "warm", prompts[0])
+        rest = await asyncio.gather(
+            *(collect(both.client, f"r{i}", p) for i, p in enumerate(prompts[1:]))
+        )
+        registry = both.service.metrics.registry
+        cached = registry.get_sample_value("tandem_worker_prompt_tokens_total", {"source": "cache"})
+        computed = registry.get_sample_value(
+            "tandem_worker_prompt_tokens_total", {"source": "computed"}
+        )
+    assert cached == 2 * 96
+    assert computed == sum(len(p) for p in prompts) - 2 * 96
+    for index, prompt in enumerate(prompts):
+        async with worker(Role.BOTH, f"alone-{index}") as alone:
+            assert await collect(alone.client, "a", prompt) == [first, *rest][index]

@@ -1,4 +1,5 @@
-"""The CPU reference engine: a small gpt-oss-shaped transformer in numpy."""
+"""The CPU reference engine: a transformer in numpy, either a llama-architecture model
+from a GGUF file (SmolLM2) or a random gpt-oss-shaped one."""
 
 from collections.abc import Mapping
 
@@ -15,6 +16,9 @@ __all__ = [
 ]
 
 
-def create_engine(options: Mapping[str, object]) -> ReferenceEngine:
-    """Entry point for ``tandem.engines.registry.make_engine("reference", options)``."""
-    return ReferenceEngine.from_options(options)
+def create_engine(
+    options: Mapping[str, object], model_source: str | None = None
+) -> ReferenceEngine:
+    """Entry point for ``tandem.engines.registry.make_engine("reference", ...)``: GGUF
+    weights when ``model_source`` names a .gguf file, random ones when it is None."""
+    return ReferenceEngine.from_options(options, model_source)

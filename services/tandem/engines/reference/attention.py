@@ -1,18 +1,36 @@
-"""Rotary embeddings and grouped-query attention over a bounded key range.
+"""Rotary embeddings and grouped-query attention whose result for a query depends only on
+that query's position, its vector and the keys it may see.
 
-Attention walks the keys in tiles with an online softmax (running max and sum per
-query), so memory is ``queries x tile`` per head however long the context is: a 32k
-prefill never builds a 32k x 32k score matrix.
+That is what lets a token be computed in any prefill chunk, in a decode step or in any
+batch and come out bit-identical (see ``linear.py`` for why BLAS shapes matter). So:
+
+- queries go in groups of ``QUERY_GROUP`` consecutive absolute positions (group ``i``
+  holds positions ``[4i, 4i + 4)``, missing ones zero), keys in tiles of ``tile``
+  absolute positions (tile ``j`` holds ``[j*tile, (j+1)*tile)``, missing ones zero): every
+  BLAS call has the shape ``[QUERY_GROUP * group, d] @ [d, tile]`` (and back), and a
+  query always sits in the same row of it (window layers use tiles of at most
+  ``window`` keys);
+- masked scores are set (never added) to -inf, so keys a query does not see contribute an
+  exact 0, and tiles it does not see at all add exact zeros;
+- softmax is two-pass: the row maximum over every tile (exact, order-free), then per-tile
+  sums of fixed length, accumulated tile by tile in position order (``cumsum``, a
+  sequential sum), so leading and trailing all-zero tiles change nothing.
+
+Memory per call is bounded by blocks of ``_GROUPS_PER_BLOCK`` query groups against the
+tiles they can see: a 32k prefill never builds a 32k x 32k score matrix.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 Float32Array = npt.NDArray[np.float32]
 
-_COPY_KV_FROM_QUERIES = 64
+QUERY_GROUP = 4
+_GROUPS_PER_BLOCK = 16  # 64 queries per block of work
 
 
 def compute_rope(
@@ -26,12 +44,35 @@ def compute_rope(
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
-def apply_rope(x: Float32Array, cos: Float32Array, sin: Float32Array) -> Float32Array:
-    """Rotate ``x`` (``[tokens, heads, head_dim]``) pairing dimension i with i + d/2."""
+def apply_rope(
+    x: Float32Array, cos: Float32Array, sin: Float32Array, pairing: str = "halves"
+) -> Float32Array:
+    """Rotate ``x`` (``[tokens, heads, head_dim]``). Frequency i rotates the pair
+    (i, i + d/2) with ``pairing="halves"`` (Hugging Face's layout) or (2i, 2i + 1) with
+    ``"adjacent"`` (GGUF: llama.cpp permutes Q/K rows so that this pairing reproduces the
+    original model)."""
+    c, s = cos[:, None, :], sin[:, None, :]
+    if pairing == "adjacent":
+        even, odd = x[..., 0::2], x[..., 1::2]
+        out = np.empty_like(x)
+        out[..., 0::2] = even * c - odd * s
+        out[..., 1::2] = odd * c + even * s
+        return out
     half = x.shape[-1] // 2
     first, second = x[..., :half], x[..., half:]
-    c, s = cos[:, None, :], sin[:, None, :]
     return np.concatenate((first * c - second * s, second * c + first * s), axis=-1)
+
+
+def layer_tile(tile: int, window: int | None) -> int:
+    """Keys per tile in a layer: a window layer's block of queries sees ~2 windows of
+    keys, so its tiles are at most a window."""
+    return tile if window is None else min(tile, window)
+
+
+def tile_span(first_key: int, stop: int, tile: int) -> tuple[int, int]:
+    """``(origin, tiles)``: the tiles holding positions ``[first_key, stop)``."""
+    first_tile = first_key // tile
+    return first_tile * tile, -(-stop // tile) - first_tile
 
 
 def attend(
@@ -44,96 +85,168 @@ def attend(
     window: int | None,
     tile: int,
 ) -> Float32Array:
-    """Causal grouped-query attention.
+    """Causal grouped-query attention of one sequence's run of queries.
 
     ``queries`` ``[Q, heads, d]`` sit at positions ``query_start...``; ``keys`` and
     ``values`` ``[K, kv_heads, d]`` at ``key_start...`` and must include every key a
-    query may see. Query head h reads KV head ``h // (heads // kv_heads)``. A query at
-    position p sees keys in ``(p - window, p]`` (``window=None``: ``[0, p]``).
-    Returns ``[Q, heads, d]``. Queries go in blocks (``window`` rows for window layers,
-    so a block only scans ~2 windows of keys), keys in tiles of ``tile``.
+    query may see, up to the last query. Query head h reads KV head
+    ``h // (heads // kv_heads)``. A query at position p sees keys in ``(p - window, p]``
+    (``window=None``: ``[0, p]``). Returns ``[Q, heads, d]``.
     """
-    num_queries, heads, dim = queries.shape
-    kv_heads = keys.shape[1]
-    group = heads // kv_heads
-    scaled = queries * np.float32(1.0 / np.sqrt(dim))
-    # [kv_heads, group, Q, d]: each KV head's query rows, contiguous per group member.
-    grouped = np.ascontiguousarray(
-        scaled.reshape(num_queries, kv_heads, group, dim).transpose(1, 2, 0, 3)
-    )
-    # [kv_heads, d, K] and [kv_heads, K, d], unit stride along d so BLAS reads them in
-    # place. A decode step reads them as views (a transposing copy of a long context
-    # costs more than its arithmetic); a prefill chunk reuses each key for many
-    # queries, so a contiguous copy pays for itself.
-    keys_t = keys.transpose(1, 2, 0)
-    values_t = values.transpose(1, 0, 2)
-    if num_queries >= _COPY_KV_FROM_QUERIES:
-        keys_t, values_t = np.ascontiguousarray(keys_t), np.ascontiguousarray(values_t)
-    out = np.empty_like(grouped)
-    block = tile if window is None else max(1, min(tile, window))
-    for first in range(0, num_queries, block):
-        rows = range(first, min(num_queries, first + block))
-        begin = query_start + rows.start
-        low = key_start if window is None else max(key_start, begin - window + 1)
-        high = query_start + rows.stop  # causal: nothing after the last query
-        out[:, :, rows.start : rows.stop] = _attend_block(
-            grouped[:, :, rows.start : rows.stop],
-            begin,
-            keys_t[:, :, low - key_start : high - key_start],
-            values_t[:, low - key_start : high - key_start],
-            low,
-            window=window,
-            tile=tile,
-        )
-    result: Float32Array = np.ascontiguousarray(out.transpose(2, 0, 1, 3)).reshape(
-        num_queries, heads, dim
-    )
-    return result
+    stop = query_start + queries.shape[0]
+    if key_start + keys.shape[0] != stop:
+        raise ValueError("keys must run up to the last query")
+    tile = layer_tile(tile, window)
+    origin, tiles = tile_span(key_start, stop, tile)
+    padded_k = np.zeros((tiles * tile, *keys.shape[1:]), dtype=np.float32)
+    padded_v = np.zeros_like(padded_k)
+    padded_k[key_start - origin : stop - origin] = keys
+    padded_v[key_start - origin : stop - origin] = values
+    return attend_tiled(queries, query_start, padded_k, padded_v, origin, window=window, tile=tile)
 
 
-def _attend_block(
+def attend_tiled(
     queries: Float32Array,
     query_start: int,
-    keys_t: Float32Array,
+    keys: Float32Array,
     values: Float32Array,
-    key_start: int,
+    origin: int,
     *,
     window: int | None,
     tile: int,
 ) -> Float32Array:
-    """Online-softmax attention of ``queries`` ``[kv, g, Q, d]`` over ``keys_t``
-    ``[kv, d, K]`` / ``values`` ``[kv, K, d]``; returns ``[kv, g, Q, d]``."""
-    kv_heads, group, num_queries, dim = queries.shape
-    flat = queries.reshape(kv_heads, group * num_queries, dim)
-    query_pos = np.arange(query_start, query_start + num_queries)
-    query_last = query_start + num_queries - 1
-    running_max = np.full((kv_heads, group * num_queries, 1), -np.inf, dtype=np.float32)
-    running_sum = np.zeros((kv_heads, group * num_queries, 1), dtype=np.float32)
-    acc = np.zeros((kv_heads, group * num_queries, dim), dtype=np.float32)
-    num_keys = keys_t.shape[-1]
-    for tile_start in range(0, num_keys, tile):
-        tile_stop = min(num_keys, tile_start + tile)
-        scores = np.matmul(flat, keys_t[:, :, tile_start:tile_stop])  # [kv, g*Q, T]
-        first_key, last_key = key_start + tile_start, key_start + tile_stop - 1
-        fully_visible = last_key <= query_start and (
-            window is None or first_key > query_last - window
+    """``attend`` with the keys already laid out in tiles: ``keys``/``values``
+    ``[tiles * tile, kv_heads, d]`` hold positions ``origin...`` (``origin`` and
+    ``tile`` from ``tile_span``/``layer_tile``), zero where there is no key, in any
+    layout where each ``[tile, d]`` slice has unit stride along d (a view of the KV
+    pool's token-major blocks is fine)."""
+    num_queries, heads, dim = queries.shape
+    kv_heads = keys.shape[1]
+    group = heads // kv_heads
+    query_stop = query_start + num_queries
+    tiles = keys.shape[0] // tile
+    first_tile = origin // tile
+    padded_start = (query_start // QUERY_GROUP) * QUERY_GROUP
+    groups = -(-query_stop // QUERY_GROUP) - padded_start // QUERY_GROUP
+    grouped = _group_queries(queries, query_start - padded_start, groups, kv_heads)
+    keys_t, values_t = _as_tiles(keys[None], tile), _as_tiles(values[None], tile)
+    out = np.empty((kv_heads, groups, QUERY_GROUP * group, dim), dtype=np.float32)
+    for begin in range(0, groups, _GROUPS_PER_BLOCK):
+        end = min(groups, begin + _GROUPS_PER_BLOCK)
+        low = padded_start + begin * QUERY_GROUP
+        high = padded_start + end * QUERY_GROUP  # exclusive
+        seen_from = 0 if window is None else max(0, low - window + 1)
+        tile_lo = max(0, seen_from // tile - first_tile)
+        tile_hi = min(tiles, (high - 1) // tile - first_tile + 1)
+        query_pos = np.arange(low, high).reshape(end - begin, 1, QUERY_GROUP, 1)
+        key_pos = (first_tile + tile_lo) * tile + np.arange((tile_hi - tile_lo) * tile)
+        out[:, begin:end] = _attend_block(
+            grouped[:, begin:end],
+            np.repeat(query_pos, group, axis=2),
+            keys_t[:, :, tile_lo:tile_hi],
+            values_t[:, :, tile_lo:tile_hi],
+            key_pos.reshape(1, tile_hi - tile_lo, 1, tile),
+            window,
         )
-        if not fully_visible:
-            key_pos = np.arange(first_key, last_key + 1)
-            hidden = key_pos[None, :] > query_pos[:, None]
-            if window is not None:
-                hidden |= key_pos[None, :] <= query_pos[:, None] - window
-            bias = np.where(hidden, np.float32(-np.inf), np.float32(0.0))
-            scores.reshape(kv_heads, group, num_queries, -1)[...] += bias
-        tile_max = np.maximum(running_max, scores.max(axis=-1, keepdims=True))
-        # Rows that have seen no visible key yet keep -inf; shift them by 0 instead.
-        shift = np.where(np.isfinite(tile_max), tile_max, np.float32(0.0))
-        np.subtract(scores, shift, out=scores)
-        np.exp(scores, out=scores)
-        correction = np.exp(running_max - shift)
-        running_sum = running_sum * correction + scores.sum(axis=-1, keepdims=True)
-        acc = acc * correction + np.matmul(scores, values[:, tile_start:tile_stop])
-        running_max = tile_max
-    result = (acc / running_sum).astype(np.float32, copy=False)
-    shaped: Float32Array = result.reshape(kv_heads, group, num_queries, dim)
-    return shaped
+    # [kv, groups, QUERY_GROUP, group, d] -> [positions, heads, d]
+    result = out.reshape(kv_heads, groups, QUERY_GROUP, group, dim).transpose(1, 2, 0, 3, 4)
+    flat = result.reshape(groups * QUERY_GROUP, heads, dim)
+    return np.ascontiguousarray(flat[query_start - padded_start : query_stop - padded_start])
+
+
+def attend_rows(
+    queries: Float32Array,
+    positions: Sequence[int],
+    keys: Float32Array,
+    values: Float32Array,
+    origins: Sequence[int],
+    *,
+    window: int | None,
+    tile: int,
+) -> Float32Array:
+    """One query per sequence (decode rows), every sequence in one set of BLAS calls.
+
+    ``queries[i]`` (``[n, heads, d]``) sits at ``positions[i]``; ``keys[i]`` /
+    ``values[i]`` (``[n, tiles * tile, kv_heads, d]``, laid out as for
+    ``attend_tiled``) hold its keys from ``origins[i]`` on, zero where there is none
+    (including tiles beyond its own). Each row is computed exactly as ``attend``
+    computes it alone: the same group and tile shapes, and all-masked zero tiles change
+    nothing."""
+    count, heads, dim = queries.shape
+    kv_heads = keys.shape[2]
+    group = heads // kv_heads
+    tiles = keys.shape[1] // tile
+    slots = [p % QUERY_GROUP for p in positions]
+    grouped = np.zeros((kv_heads, count, 1, QUERY_GROUP * group, dim), dtype=np.float32)
+    scaled = (queries * np.float32(1.0 / np.sqrt(dim))).reshape(count, kv_heads, group, dim)
+    for i, slot in enumerate(slots):
+        grouped[:, i, 0, slot * group : (slot + 1) * group] = scaled[i]
+    starts = np.asarray(positions) - np.asarray(slots)
+    query_pos = np.repeat(
+        (starts[:, None] + np.arange(QUERY_GROUP)).reshape(count, 1, QUERY_GROUP, 1), group, axis=2
+    )
+    key_pos = np.asarray(origins)[:, None] + np.arange(tiles * tile)
+    out = _attend_block(
+        grouped,
+        query_pos,
+        _as_tiles(keys, tile),
+        _as_tiles(values, tile),
+        key_pos.reshape(count, tiles, 1, tile),
+        window,
+    )  # [kv, count, QUERY_GROUP * group, d]
+    picked = np.stack([out[:, i, s * group : (s + 1) * group] for i, s in enumerate(slots)])
+    return np.ascontiguousarray(picked.reshape(count, heads, dim))
+
+
+def _group_queries(queries: Float32Array, offset: int, groups: int, kv_heads: int) -> Float32Array:
+    """``[Q, heads, d]`` (the first at ``offset`` in its group) as
+    ``[kv, groups, 1, QUERY_GROUP * group, d]``, scaled by 1/sqrt(d), zero-padded."""
+    count, heads, dim = queries.shape
+    group = heads // kv_heads
+    grouped = np.zeros((groups * QUERY_GROUP, kv_heads, group, dim), dtype=np.float32)
+    grouped[offset : offset + count] = (queries * np.float32(1.0 / np.sqrt(dim))).reshape(
+        count, kv_heads, group, dim
+    )
+    shaped = grouped.reshape(groups, QUERY_GROUP, kv_heads, group, dim).transpose(2, 0, 1, 3, 4)
+    return np.ascontiguousarray(shaped).reshape(kv_heads, groups, 1, QUERY_GROUP * group, dim)
+
+
+def _as_tiles(padded: Float32Array, tile: int) -> Float32Array:
+    """``[G, T * tile, kv, d]`` (token-major, as the KV pool stores it) seen as
+    ``[kv, G, T, tile, d]`` without a copy: each ``[tile, d]`` matrix has unit stride
+    along d and evenly spaced rows, which BLAS reads in place (a transposing copy of a
+    long context would cost more than the attention's arithmetic)."""
+    groups, positions, kv_heads, dim = padded.shape
+    shaped = padded.reshape(groups, positions // tile, tile, kv_heads, dim)
+    tiles: Float32Array = shaped.transpose(3, 0, 1, 2, 4)
+    return tiles
+
+
+def _attend_block(
+    queries: Float32Array,
+    query_pos: npt.NDArray[np.int64],
+    keys_t: Float32Array,
+    values: Float32Array,
+    key_pos: npt.NDArray[np.int64],
+    window: int | None,
+) -> Float32Array:
+    """Queries ``[kv, G, 1, R, d]`` (positions ``query_pos`` ``[G, 1, R, 1]``) against
+    key and value tiles ``[kv, G or 1, T, tile, d]`` (positions ``key_pos``
+    ``[G or 1, T, 1, tile]``); returns ``[kv, G, R, d]``."""
+    # [kv, G, T, tile, R]: keys as the left operand, read in place; then made contiguous
+    # with tiles last, so every reduction below runs along a contiguous row.
+    scores = np.ascontiguousarray(np.matmul(keys_t, queries.swapaxes(-1, -2)).swapaxes(-1, -2))
+    visible = key_pos <= query_pos
+    if window is not None:
+        visible &= key_pos > query_pos - window
+    if not visible.all():  # where(True, s, -inf) is s: skipping it changes no bit
+        scores = np.where(visible[None], scores, np.float32(-np.inf))
+    peak = scores.max(axis=(2, 4), keepdims=True)
+    # Padding rows (positions with no query) may see nothing: shift them by 0.
+    peak = np.where(np.isfinite(peak), peak, np.float32(0.0))
+    weights = np.exp(scores - peak)
+    totals = np.cumsum(weights.sum(axis=-1, keepdims=True), axis=2)[:, :, -1]
+    mixed = np.cumsum(np.matmul(weights, values), axis=2)[:, :, -1]
+    totals = np.where(totals > 0, totals, np.float32(1.0))
+    result: Float32Array = (mixed / totals).astype(np.float32, copy=False)
+    return result

@@ -1,4 +1,13 @@
-"""Configuration of the reference model: architecture, KV pool and prefill chunking."""
+"""Configuration of the reference model: its architecture, and how this engine runs it.
+
+Two kinds of fields:
+
+- *architecture* (layers, heads, vocabulary, RoPE...): for the random gpt-oss-shaped
+  model they are engine options; for a GGUF model they come from the file's metadata and
+  setting one as an option is an error (the file decides);
+- *engine* settings (KV pool, per-step token budget, tiling, BLAS threads, prefix cache):
+  options for both.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +21,8 @@ from tandem.tokenization import ByteTokenizer
 
 _TOKENIZER = ByteTokenizer()
 
+ROPE_PAIRINGS = ("halves", "adjacent")
+
 
 class ReferenceConfigError(EngineError):
     """An engine option is unknown, mistyped or out of range; the message names it."""
@@ -19,12 +30,17 @@ class ReferenceConfigError(EngineError):
 
 @dataclass(frozen=True, slots=True)
 class ReferenceModelConfig:
-    """A gpt-oss-shaped decoder. Even layers use sliding-window attention, odd layers
-    full attention (as gpt-oss alternates them). ``num_experts == 0`` means a dense
-    SwiGLU MLP; otherwise each token runs ``experts_per_token`` of ``num_experts``.
+    """A decoder-only transformer. With ``sliding_window > 0`` even layers use
+    sliding-window attention and odd layers full attention (as gpt-oss alternates them);
+    0 means every layer attends to the whole context (llama). ``num_experts == 0`` means
+    a dense SwiGLU MLP; otherwise each token runs ``experts_per_token`` of
+    ``num_experts``.
 
     A KV *block* holds ``kv_block_size`` tokens of ONE layer; ``num_kv_blocks`` blocks
-    make up the pool shared by all layers and sequences.
+    make up the pool shared by all layers and sequences. An engine step with decode
+    rows computes at most ``max_batch_tokens`` tokens (the rows first, then prefill
+    chunks, deep prompt tokens counted with their attention: ``step_plan``); a step with
+    only prefills computes chunks of up to ``prefill_chunk`` tokens.
     """
 
     model_name: str = "tandem-reference"
@@ -41,36 +57,63 @@ class ReferenceModelConfig:
     eos_token_id: int = _TOKENIZER.eos_token_id
     max_context: int = 131_072
     rope_theta: float = 150_000.0
+    rope_pairing: str = "halves"
     rms_norm_eps: float = 1e-5
+    # sha256 of the weights file; "" means deterministic random weights from ``seed``.
+    weights_digest: str = ""
+    seed: int = 0
     kv_block_size: int = 16
     num_kv_blocks: int = 16_384
-    prefill_chunk: int = 512
-    attention_tile: int = 1024
+    max_batch_tokens: int = 64
+    prefill_chunk: int = 256
+    # Rows per BLAS call and keys per attention tile: they decide rounding, so every
+    # engine exchanging KV must use the same values (part of the digest).
+    row_tile: int = 8
+    attention_tile: int = 256
     # BLAS results depend on its thread count (it may split reductions): every engine
     # exchanging KV must use the same value, so it is part of the digest.
     blas_threads: int = 1
-    seed: int = 0
+    prefix_cache: bool = True
 
     def __post_init__(self) -> None:
         _validate(self)
 
     @classmethod
-    def from_options(cls, options: Mapping[str, object]) -> ReferenceModelConfig:
-        """Build from loosely typed engine options (YAML/CLI), naming any bad field."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(options) - set(fields))
+    def from_options(
+        cls, options: Mapping[str, object], architecture: Mapping[str, object] | None = None
+    ) -> ReferenceModelConfig:
+        """Build from loosely typed engine options (YAML/CLI), naming any bad field.
+        ``architecture`` (from a model file) fixes the architecture fields; options may
+        then only set engine fields, and ``max_context`` only below the model's."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - fields)
         if unknown:
             raise ReferenceConfigError(
                 f"unknown reference engine option(s) {', '.join(unknown)}; "
                 f"known: {', '.join(sorted(fields))}"
             )
-        values: dict[str, object] = {}
-        for name, raw in options.items():
-            values[name] = _coerce(name, type(getattr(_DEFAULTS, name)), raw)
+        values = {name: _coerce(name, raw) for name, raw in options.items()}
+        if architecture is not None:
+            fixed = sorted(set(values) & (ARCHITECTURE_FIELDS - {"max_context"}))
+            if fixed:
+                raise ReferenceConfigError(
+                    f"option(s) {', '.join(fixed)} are set by the model file; remove them "
+                    "from the engine options"
+                )
+            limit = architecture["max_context"]
+            asked = values.get("max_context", limit)
+            if not isinstance(asked, int) or not isinstance(limit, int) or asked > limit:
+                raise ReferenceConfigError(
+                    f"option max_context ({asked}) exceeds the model's context ({limit})"
+                )
+            values = {**architecture, **values}
         return cls(**values)  # type: ignore[arg-type]
 
     def is_sliding(self, layer: int) -> bool:
-        return layer % 2 == 0
+        return self.sliding_window > 0 and layer % 2 == 0
+
+    def window_of(self, layer: int) -> int | None:
+        return self.sliding_window if self.is_sliding(layer) else None
 
     @property
     def kv_token_bytes(self) -> int:
@@ -82,18 +125,44 @@ class ReferenceModelConfig:
         return self.kv_block_size * self.kv_token_bytes
 
     def digest(self) -> str:
-        """Identifies weights and KV layout: two engines can exchange KV iff equal.
-        Pool size and prefill tiling are excluded because they do not change the bytes."""
-        local_only = {"num_kv_blocks", "prefill_chunk", "attention_tile", "max_context"}
+        """Identifies weights, arithmetic and KV layout: two engines can exchange KV iff
+        equal. Pool size, step budget, context cap and caching are excluded: they change
+        no byte (a token computes identically in any chunk or batch)."""
         shared = [
             f"{f.name}={getattr(self, f.name)!r}"
             for f in dataclasses.fields(self)
-            if f.name not in local_only
+            if f.name not in LOCAL_FIELDS
         ]
         return hashlib.sha256(";".join(shared).encode()).hexdigest()[:16]
 
 
-def _coerce(name: str, expected: type, raw: object) -> object:
+ENGINE_FIELDS = frozenset(
+    {
+        "kv_block_size",
+        "num_kv_blocks",
+        "max_batch_tokens",
+        "prefill_chunk",
+        "row_tile",
+        "attention_tile",
+        "blas_threads",
+        "prefix_cache",
+        "max_context",
+    }
+)
+ARCHITECTURE_FIELDS = frozenset(
+    f.name for f in dataclasses.fields(ReferenceModelConfig) if f.name not in ENGINE_FIELDS
+) | {"max_context"}
+LOCAL_FIELDS = frozenset(
+    {"num_kv_blocks", "max_batch_tokens", "prefill_chunk", "max_context", "prefix_cache"}
+)
+
+
+def _coerce(name: str, raw: object) -> object:
+    expected = type(getattr(_DEFAULTS, name))
+    if expected is bool:
+        if isinstance(raw, bool):
+            return raw
+        raise ReferenceConfigError(f"option {name}: expected true or false, got {raw!r}")
     # bool is an int subclass; a flag passed for a count is a mistake, not a 1.
     if isinstance(raw, bool) or not isinstance(raw, int | float | str):
         raise ReferenceConfigError(f"option {name}: expected {expected.__name__}, got {raw!r}")
@@ -111,29 +180,50 @@ def _coerce(name: str, expected: type, raw: object) -> object:
         ) from None
 
 
+_POSITIVE = (
+    "num_layers",
+    "hidden",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "experts_per_token",
+    "intermediate",
+    "vocab_size",
+    "max_context",
+    "kv_block_size",
+    "num_kv_blocks",
+    "max_batch_tokens",
+    "prefill_chunk",
+    "row_tile",
+    "attention_tile",
+    "blas_threads",
+)
+
+
 def _validate(config: ReferenceModelConfig) -> None:
-    positive = (
-        "num_layers",
-        "hidden",
-        "num_heads",
-        "num_kv_heads",
-        "head_dim",
-        "sliding_window",
-        "experts_per_token",
-        "intermediate",
-        "vocab_size",
-        "max_context",
-        "kv_block_size",
-        "num_kv_blocks",
-        "prefill_chunk",
-        "attention_tile",
-        "blas_threads",
-    )
-    for name in positive:
+    for name in _POSITIVE:
         if getattr(config, name) < 1:
             raise ReferenceConfigError(f"option {name} must be >= 1, got {getattr(config, name)}")
     if config.num_experts < 0:
         raise ReferenceConfigError(f"option num_experts must be >= 0, got {config.num_experts}")
+    if config.sliding_window < 0:
+        raise ReferenceConfigError(
+            f"option sliding_window must be >= 0 (0: none), got {config.sliding_window}"
+        )
+    if 0 < config.sliding_window < config.kv_block_size:
+        # A block must fill before its window layer lets go of it, so that every full
+        # block can be cached with all its layers.
+        raise ReferenceConfigError(
+            f"option sliding_window ({config.sliding_window}) must be 0 or at least "
+            f"kv_block_size ({config.kv_block_size})"
+        )
+    for name in ("attention_tile", "sliding_window"):
+        if getattr(config, name) % config.kv_block_size:
+            # Attention reads whole KV blocks into its tiles.
+            raise ReferenceConfigError(
+                f"option {name} ({getattr(config, name)}) must be a multiple of "
+                f"kv_block_size ({config.kv_block_size})"
+            )
     if config.num_experts and config.experts_per_token > config.num_experts:
         raise ReferenceConfigError(
             f"option experts_per_token ({config.experts_per_token}) exceeds "
@@ -146,6 +236,11 @@ def _validate(config: ReferenceModelConfig) -> None:
         )
     if config.head_dim % 2:
         raise ReferenceConfigError(f"option head_dim must be even for RoPE, got {config.head_dim}")
+    if config.rope_pairing not in ROPE_PAIRINGS:
+        raise ReferenceConfigError(
+            f"option rope_pairing must be one of {', '.join(ROPE_PAIRINGS)}, "
+            f"got {config.rope_pairing!r}"
+        )
     if not 0 <= config.eos_token_id < config.vocab_size:
         raise ReferenceConfigError(
             f"option eos_token_id ({config.eos_token_id}) is outside the vocabulary"

@@ -1,19 +1,25 @@
 """ReferenceEngine: the ``Engine`` protocol over the numpy reference model.
 
-Each sequence is computed on its own, one token at a time in ``step``: no op mixes
-rows of different sequences, so a sequence's tokens never depend on its batch
-neighbours, and an engine that adopted KV bytes from another engine continues it
-bit-identically, given the same config on the same CPU type. Constructing an engine
-pins the process's BLAS to ``config.blas_threads`` threads, because BLAS may split a
-dot product differently with a different thread count.
+Each ``step`` is one forward pass over every running sequence: one row per decoding
+sequence plus the next chunk of each queued prefill, under ``max_batch_tokens``
+(``step_plan``). A token's arithmetic never depends on its batch, its prefill chunk or
+whether it was a prompt or a generated token (``linear``, ``attention``), so a sequence
+produces the same tokens alone or in any batch, and an engine that adopted KV bytes
+from another engine continues it bit-identically, given the same config on the same CPU
+type. Constructing an engine pins the process's BLAS to ``config.blas_threads`` threads,
+because BLAS may split a dot product differently with a different thread count, and
+tunes the allocator to keep freed memory (``malloc``).
+
+Full KV blocks go into a prefix cache (``prefix_cache``) unless ``prefix_cache`` is off:
+a new prompt reuses its longest cached prefix and prefills only the rest, and the cache
+reports what it holds as KV events (``drain_kv_events``).
 """
 
 from __future__ import annotations
 
-import enum
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from collections.abc import Sequence as Seq
 
 import numpy as np
 from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
@@ -37,33 +43,35 @@ from tandem.engines.reference.kv_layout import (
     compute_prefill_peak_blocks,
 )
 from tandem.engines.reference.kv_pool import KvPool, SequenceKv
-from tandem.engines.reference.model import ReferenceModel
+from tandem.engines.reference.loading import load_model
+from tandem.engines.reference.malloc import keep_freed_memory
+from tandem.engines.reference.model import ReferenceModel, Segment
+from tandem.engines.reference.prefix_cache import CacheEntry, PrefixCache
 from tandem.engines.reference.sampling import check_sampling, derive_seed, sample_token
+from tandem.engines.reference.sequence import Sequence, SequenceState
+from tandem.engines.reference.step_plan import compute_attention_tokens, plan_prefill_chunks
+from tandem.engines.reference.weights import ModelWeights
+from tandem.kv.block_hashes import compute_block_names
+from tandem.kv.events import KvCacheEvent
 
 logger = logging.getLogger(__name__)
 
 
-class _State(enum.Enum):
-    RESERVED = "reserved"  # decode side: KV being written by a transport
-    ACTIVE = "active"
-
-
-@dataclass(slots=True)
-class _Sequence:
-    tokens: list[int]  # prompt + generated; the last one has no KV yet
-    prompt_len: int
-    kv: SequenceKv
-    state: _State
-    finish: FinishReason | None = None
-
-
 class ReferenceEngine:
-    def __init__(self, config: ReferenceModelConfig | None = None) -> None:
+    def __init__(
+        self, config: ReferenceModelConfig | None = None, weights: ModelWeights | None = None
+    ) -> None:
         self.config = config or ReferenceModelConfig()
         threadpool_limits(limits=self.config.blas_threads, user_api="blas")
-        self.model = ReferenceModel(self.config)
+        keep_freed_memory()
+        self.model = ReferenceModel(self.config, weights)
         self.pool = KvPool(self.config)
-        self._sequences: dict[str, _Sequence] = {}
+        self.cache = PrefixCache(self.pool) if self.config.prefix_cache else None
+        self._sequences: dict[str, Sequence] = {}
+        self._prefilling: dict[str, None] = {}  # arrival order
+        self._cached_tokens = 0
+        self._computed_tokens = 0
+        self._attention_tokens = compute_attention_tokens(self.config)
         self.info = EngineInfo(
             model_name=self.config.model_name,
             vocab_size=self.config.vocab_size,
@@ -73,6 +81,7 @@ class ReferenceEngine:
             extra={
                 "engine": "reference",
                 "config_digest": self.config.digest(),
+                "weights": "gguf" if self.config.weights_digest else "random",
                 "num_layers": str(self.config.num_layers),
                 "sliding_window": str(self.config.sliding_window),
                 "kv_token_bytes": str(self.config.kv_token_bytes),
@@ -82,113 +91,215 @@ class ReferenceEngine:
             },
         )
         logger.info(
-            "reference engine ready: %s layers, hidden %s, %s experts, KV pool %s blocks "
-            "of %s tokens (%.1f MiB), digest %s",
+            "reference engine ready: %s, %s layers, hidden %s, %s experts, KV pool %s "
+            "blocks of %s tokens (%.1f MiB), prefix cache %s, digest %s",
+            self.config.model_name,
             self.config.num_layers,
             self.config.hidden,
             self.config.num_experts,
             self.config.num_kv_blocks,
             self.config.kv_block_size,
             self.config.num_kv_blocks * self.config.kv_block_bytes / 2**20,
+            "on" if self.cache is not None else "off",
             self.config.digest(),
         )
 
     @classmethod
-    def from_options(cls, options: Mapping[str, object]) -> ReferenceEngine:
-        return cls(ReferenceModelConfig.from_options(options))
+    def from_options(
+        cls, options: Mapping[str, object], model_source: str | None = None
+    ) -> ReferenceEngine:
+        return cls(*load_model(options, model_source))
 
-    def kv_regions(self) -> Sequence[memoryview]:
+    def kv_regions(self) -> Seq[memoryview]:
         return [self.pool.region()]
 
-    def prefill(
-        self, request_id: str, prompt: Sequence[int], sampling: SamplingParams
-    ) -> PrefillResult:
+    # -- prefill ----------------------------------------------------------------------
+
+    def prefill(self, request_id: str, prompt: Seq[int], sampling: SamplingParams) -> PrefillResult:
+        """The whole prompt now (other queued prefills wait)."""
+        self.start_prefill(request_id, prompt, sampling)
+        try:
+            while True:
+                for output in self._run([], [request_id]):
+                    assert output.prefill is not None
+                    return output.prefill
+        except BaseException:
+            self.release(request_id)
+            raise
+
+    def start_prefill(self, request_id: str, prompt: Seq[int], sampling: SamplingParams) -> None:
+        """Queue a prefill: ``step`` computes it chunk by chunk, and the step that
+        finishes it returns a ``StepOutput`` carrying its ``PrefillResult``. Reuses the
+        longest cached prefix. Raises KvCapacityError when the pool cannot hold it."""
         check_sampling(sampling)
         self._check_new(request_id, prompt)
         config = self.config
-        needed = compute_prefill_peak_blocks(config, len(prompt))
-        if needed > self.pool.num_free:
+        names = compute_block_names(prompt, config.kv_block_size) if self.cache else []
+        # At least the last prompt token is computed: its logits give the first token.
+        reused = (
+            self.cache.match(names[: (len(prompt) - 1) // config.kv_block_size])
+            if self.cache
+            else []
+        )
+        cached = len(reused) * config.kv_block_size
+        shared = self._reused_blocks(reused, cached)
+        peak = compute_prefill_peak_blocks(config, len(prompt))
+        in_use = sum(1 for blocks in shared for b in blocks if self.pool.refs(b))
+        if peak - in_use > self._available():
             raise KvCapacityError(
-                f"prompt of {len(prompt)} tokens needs {needed} KV blocks at peak, "
-                f"{self.pool.num_free} of {self.pool.num_total} free"
+                f"prompt of {len(prompt)} tokens needs {peak - in_use} KV blocks at peak, "
+                f"{self._available()} of {self.pool.num_total} free"
             )
         kv = SequenceKv(self.pool, config.num_layers)
-        try:
-            for start in range(0, len(prompt), config.prefill_chunk):
-                chunk = range(start, min(len(prompt), start + config.prefill_chunk))
-                for layer in range(config.num_layers):
-                    kv.cover(layer, chunk)
-                logits = self.model.forward(prompt[chunk.start : chunk.stop], start, kv)
-                for layer in range(config.num_layers):
-                    kv.drop_before(layer, compute_kept_range(config, layer, chunk.stop).start)
-        except BaseException:
-            kv.release()
-            raise
-        position = len(prompt)
-        first = sample_token(logits, sampling, self._seed(request_id, sampling), position)
-        sequence = _Sequence(
-            tokens=[*prompt, first], prompt_len=len(prompt), kv=kv, state=_State.ACTIVE
+        for layer, blocks in enumerate(shared):
+            if blocks:
+                kv.adopt(layer, compute_kept_blocks(config, layer, cached).start, blocks)
+        self._sequences[request_id] = Sequence(
+            tokens=list(prompt),
+            prompt_len=len(prompt),
+            kv=kv,
+            state=SequenceState.PREFILLING,
+            sampling=sampling,
+            computed=cached,
+            names=names,
+            stored=len(reused),
+            peak_blocks=peak,
         )
-        sequence.finish = self._finish_reason(sequence, sampling)
-        self._sequences[request_id] = sequence
-        logger.debug("prefilled %s: %s tokens, %s blocks", request_id, position, kv.num_blocks)
-        return PrefillResult(
-            first_token=first,
-            num_prompt_tokens=position,
-            kv=build_kv_layout(config, position, kv.tables()),
-            finish_reason=sequence.finish,
-        )
+        self._prefilling[request_id] = None
+        self._cached_tokens += cached
+        if cached:
+            logger.debug(
+                "%s: %d of %d prompt tokens from the cache", request_id, cached, len(prompt)
+            )
 
-    def reserve(self, request_id: str, prompt: Sequence[int], first_token: int) -> KvLayout:
+    # -- decode side of a handoff -----------------------------------------------------
+
+    def reserve(self, request_id: str, prompt: Seq[int], first_token: int) -> KvLayout:
         self._check_new(request_id, prompt)
         self._check_token_ids([first_token])
         config, count = self.config, len(prompt)
         layers = range(config.num_layers)
         needed = sum(len(compute_kept_blocks(config, layer, count)) for layer in layers)
-        if needed > self.pool.num_free:
+        if needed > self._available():
             raise KvCapacityError(
                 f"reserving {count} tokens needs {needed} KV blocks, "
-                f"{self.pool.num_free} of {self.pool.num_total} free"
+                f"{self._available()} of {self.pool.num_total} free"
             )
         kv = SequenceKv(self.pool, config.num_layers)
         for layer in layers:
             kv.cover(layer, compute_kept_range(config, layer, count))
-        self._sequences[request_id] = _Sequence(
-            tokens=[*prompt, first_token], prompt_len=count, kv=kv, state=_State.RESERVED
+        self._sequences[request_id] = Sequence(
+            tokens=[*prompt, first_token],
+            prompt_len=count,
+            kv=kv,
+            state=SequenceState.RESERVED,
+            sampling=SamplingParams(max_tokens=1),
+            computed=count,
         )
         return build_kv_layout(config, count, kv.tables())
 
     def commit(self, request_id: str) -> None:
         sequence = self._sequences.get(request_id)
-        if sequence is None or sequence.state is not _State.RESERVED:
+        if sequence is None or sequence.state is not SequenceState.RESERVED:
             raise EngineError(f"request {request_id!r} has no reserved KV to commit")
-        sequence.state = _State.ACTIVE
+        sequence.state = SequenceState.ACTIVE
+        self._store_full_blocks(sequence)  # received blocks are as good as computed ones
+
+    # -- the batch step ---------------------------------------------------------------
 
     def step(self, sampling: dict[str, SamplingParams]) -> list[StepOutput]:
-        """Advance each named sequence by one token. If the pool cannot hold the batch's
-        new blocks, raises KvCapacityError before generating anything (the caller
-        should release or abort a sequence and step again)."""
+        """Advance each named sequence by one token and every queued prefill by its next
+        chunk. If the pool cannot hold the decode rows' new blocks, raises
+        KvCapacityError before computing anything (the caller should release or abort
+        a sequence and step again)."""
         batch = [(rid, self._active(rid), params) for rid, params in sampling.items()]
         for _, _, params in batch:
             check_sampling(params)
         missing = 0
         for _, sequence, _ in batch:
-            position = len(sequence.tokens) - 1
+            position = sequence.computed
             for layer in range(self.config.num_layers):
                 # Window layers first let go of what the new query no longer sees.
                 sequence.kv.drop_before(
                     layer, compute_kept_range(self.config, layer, position + 1).start
                 )
                 missing += sequence.kv.count_missing_blocks(layer, range(position, position + 1))
-        if missing > self.pool.num_free:
+        if missing > self._available():
             raise KvCapacityError(
-                f"decode step needs {missing} new KV blocks, {self.pool.num_free} free; "
+                f"decode step needs {missing} new KV blocks, {self._available()} free; "
                 f"requests: {', '.join(sampling)}"
             )
-        return [self._advance(rid, sequence, params) for rid, sequence, params in batch]
+        for _, sequence, params in batch:
+            sequence.sampling = params
+        return self._run([rid for rid, _, _ in batch], list(self._prefilling))
+
+    def _run(self, decodes: list[str], prefills: list[str]) -> list[StepOutput]:
+        config = self.config
+        pending = [self._sequences[rid] for rid in prefills]
+        chunks = plan_prefill_chunks(
+            config.max_batch_tokens,
+            len(decodes),
+            [(s.computed, s.prompt_len) for s in pending],
+            self._attention_tokens,
+            idle_budget=config.prefill_chunk,
+        )
+        # (request, sequence, how many new tokens): decode rows first, then chunks.
+        planned = [(rid, self._sequences[rid], 1) for rid in decodes]
+        planned += [(rid, s, n) for rid, s, n in zip(prefills, pending, chunks, strict=True) if n]
+        work = [(rid, s, range(s.computed, s.computed + n)) for rid, s, n in planned]
+        if not work:
+            return []
+        segments = []
+        for _, sequence, positions in work:
+            for layer in range(config.num_layers):
+                sequence.kv.cover(layer, positions)
+            segments.append(
+                Segment(
+                    sequence.tokens[positions.start : positions.stop],
+                    positions.start,
+                    sequence.kv,
+                    wants_logits=positions.stop >= sequence.prompt_len,
+                )
+            )
+        logits = iter(self.model.forward_batch(segments))
+        outputs = []
+        for (rid, sequence, positions), segment in zip(work, segments, strict=True):
+            sequence.computed = positions.stop
+            self._store_full_blocks(sequence)
+            for layer in range(config.num_layers):
+                sequence.kv.drop_before(
+                    layer, compute_kept_range(config, layer, sequence.computed).start
+                )
+            if sequence.state is SequenceState.PREFILLING:
+                self._computed_tokens += len(positions)
+            if segment.wants_logits:
+                outputs.append(self._sample(rid, sequence, next(logits)))
+        return outputs
+
+    def _sample(self, request_id: str, sequence: Sequence, logits: np.ndarray) -> StepOutput:
+        params = sequence.sampling
+        position = sequence.computed
+        token = sample_token(logits, params, self._seed(request_id, params), position)
+        sequence.tokens.append(token)
+        sequence.finish = self._finish_reason(sequence, params)
+        if sequence.state is not SequenceState.PREFILLING:
+            return StepOutput(request_id=request_id, token=token, finish_reason=sequence.finish)
+        sequence.state = SequenceState.ACTIVE
+        del self._prefilling[request_id]
+        result = PrefillResult(
+            first_token=token,
+            num_prompt_tokens=sequence.prompt_len,
+            kv=build_kv_layout(self.config, sequence.prompt_len, sequence.kv.tables()),
+            finish_reason=sequence.finish,
+        )
+        logger.debug("prefilled %s: %s tokens", request_id, sequence.prompt_len)
+        return StepOutput(request_id, token, sequence.finish, prefill=result)
+
+    # -- bookkeeping ------------------------------------------------------------------
 
     def release(self, request_id: str) -> None:
         sequence = self._sequences.pop(request_id, None)
+        self._prefilling.pop(request_id, None)
         if sequence is not None:
             sequence.kv.release()
 
@@ -196,26 +307,61 @@ class ReferenceEngine:
         """``active_sequences`` counts sequences still generating; finished or reserved
         ones show up only in the KV counts until released."""
         active = sum(
-            1 for s in self._sequences.values() if s.state is _State.ACTIVE and s.finish is None
+            1
+            for s in self._sequences.values()
+            if s.state is SequenceState.ACTIVE and s.finish is None
         )
         return EngineStats(
             active_sequences=active,
             kv_blocks_total=self.pool.num_total,
             kv_blocks_free=self.pool.num_free,
             kv_block_size=self.config.kv_block_size,
+            prompt_tokens_cached=self._cached_tokens,
+            prompt_tokens_computed=self._computed_tokens,
+            kv_blocks_cached=0 if self.cache is None else len(self.cache),
         )
 
-    def _advance(self, request_id: str, sequence: _Sequence, params: SamplingParams) -> StepOutput:
-        position = len(sequence.tokens) - 1
-        for layer in range(self.config.num_layers):
-            sequence.kv.cover(layer, range(position, position + 1))
-        logits = self.model.forward(sequence.tokens[-1:], position, sequence.kv)
-        token = sample_token(logits, params, self._seed(request_id, params), position + 1)
-        sequence.tokens.append(token)
-        sequence.finish = self._finish_reason(sequence, params)
-        return StepOutput(request_id=request_id, token=token, finish_reason=sequence.finish)
+    def drain_kv_events(self) -> list[KvCacheEvent]:
+        return [] if self.cache is None else self.cache.drain_events()
 
-    def _finish_reason(self, sequence: _Sequence, params: SamplingParams) -> FinishReason | None:
+    def _available(self) -> int:
+        """Free blocks not promised to queued prefills."""
+        queued = (self._sequences[rid] for rid in self._prefilling)
+        promised = sum(max(0, s.peak_blocks - s.kv.num_blocks) for s in queued)
+        return self.pool.num_free - promised
+
+    def _reused_blocks(self, reused: list[CacheEntry], cached: int) -> list[list[int]]:
+        """Per layer, the cached physical blocks a prompt reusing ``reused`` keeps: all of
+        them for full layers, those of the last window for window layers."""
+        out = []
+        for layer in range(self.config.num_layers):
+            kept = compute_kept_blocks(self.config, layer, cached)
+            out.append([reused[j].blocks[layer] for j in kept])
+        return out
+
+    def _store_full_blocks(self, sequence: Sequence) -> None:
+        """Offer the sequence's newly full blocks to the prefix cache (before a window
+        layer lets go of them)."""
+        if self.cache is None or not sequence.caching:
+            return
+        names = sequence.full_block_names(self.config.kv_block_size)
+        if len(names) <= sequence.stored:
+            return
+        blocks = []
+        for logical in range(sequence.stored, len(names)):
+            physical = [
+                sequence.kv.block(layer, logical) for layer in range(self.config.num_layers)
+            ]
+            if None in physical:  # a window layer never received it (a KV transfer)
+                sequence.caching = False
+                break
+            blocks.append((names[logical], tuple(b for b in physical if b is not None)))
+        parent = names[sequence.stored - 1].block_hash if sequence.stored else None
+        if blocks and not self.cache.store(parent, blocks):
+            sequence.caching = False
+        sequence.stored = len(names)
+
+    def _finish_reason(self, sequence: Sequence, params: SamplingParams) -> FinishReason | None:
         token = sequence.tokens[-1]
         if token == self.config.eos_token_id or token in params.stop_token_ids:
             return FinishReason.STOP
@@ -224,17 +370,19 @@ class ReferenceEngine:
             return FinishReason.LENGTH
         return None
 
-    def _active(self, request_id: str) -> _Sequence:
+    def _active(self, request_id: str) -> Sequence:
         sequence = self._sequences.get(request_id)
         if sequence is None:
             raise EngineError(f"unknown request {request_id!r}")
-        if sequence.state is not _State.ACTIVE:
+        if sequence.state is SequenceState.RESERVED:
             raise EngineError(f"request {request_id!r} is reserved but not committed")
+        if sequence.state is SequenceState.PREFILLING:
+            raise EngineError(f"request {request_id!r} is still prefilling")
         if sequence.finish is not None:
             raise EngineError(f"request {request_id!r} already finished ({sequence.finish})")
         return sequence
 
-    def _check_new(self, request_id: str, prompt: Sequence[int]) -> None:
+    def _check_new(self, request_id: str, prompt: Seq[int]) -> None:
         if request_id in self._sequences:
             raise EngineError(f"request {request_id!r} already holds KV on this engine")
         if not prompt:
@@ -246,7 +394,7 @@ class ReferenceEngine:
             )
         self._check_token_ids(prompt)
 
-    def _check_token_ids(self, token_ids: Sequence[int]) -> None:
+    def _check_token_ids(self, token_ids: Seq[int]) -> None:
         ids = np.asarray(token_ids, dtype=np.int64)
         if ids.min() < 0 or ids.max() >= self.config.vocab_size:
             raise EngineError(f"token ids must be in [0, {self.config.vocab_size})")

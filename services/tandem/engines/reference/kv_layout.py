@@ -54,14 +54,20 @@ def compute_kept_blocks(config: ReferenceModelConfig, layer: int, num_tokens: in
 
 
 def compute_prefill_peak_blocks(config: ReferenceModelConfig, num_tokens: int) -> int:
-    """Most blocks a chunked prefill of ``num_tokens`` holds at once: while a chunk
-    ``[s, e)`` runs, a window layer holds ``[s - window, e)`` before trimming."""
+    """Most blocks a prefill of ``num_tokens`` holds at once, however it is cut into
+    chunks (of at most ``max_batch_tokens`` or ``prefill_chunk`` tokens): while a chunk
+    ``[s, e)`` runs, a full layer holds ``[0, e)`` and a window layer ``[s - window, e)``
+    (before trimming)."""
+    chunk = max(config.max_batch_tokens, config.prefill_chunk)
     peak = 0
-    for start in range(0, num_tokens, config.prefill_chunk):
-        end = min(num_tokens, start + config.prefill_chunk)
+    # The window span's block count repeats with the alignment of e: the last
+    # kv_block_size ends cover every alignment (and e = num_tokens holds the most blocks
+    # of full layers).
+    for end in range(max(1, num_tokens - config.kv_block_size + 1), num_tokens + 1):
         held = 0
         for layer in range(config.num_layers):
-            first = max(0, start - config.sliding_window) if config.is_sliding(layer) else 0
+            window = config.window_of(layer)
+            first = 0 if window is None else max(0, end - chunk - window)
             held += len(compute_block_span(range(first, end), config.kv_block_size))
         peak = max(peak, held)
     return peak

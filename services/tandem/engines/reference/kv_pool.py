@@ -1,7 +1,18 @@
-"""The paged KV pool: one contiguous float32 array of blocks, a free list, and
-per-sequence block tables (one per layer) that grow, shrink and read/write tokens."""
+"""The paged KV pool: one contiguous float32 array of blocks with reference counts, and
+per-sequence block tables (one per layer) that grow, shrink and read/write tokens.
+
+A block with no reference is *free*. Free blocks come in two kinds: plain ones, and
+*cached* ones the prefix cache still names (their bytes may be reused by a later
+request). Allocation takes plain blocks first, lowest id first (fresh sequences get runs
+of adjacent blocks, which lets a transport coalesce neighbouring ranges); when they run
+out it asks the prefix cache to evict (``on_evict``), which picks among the cached free
+blocks (``cached_free``, least recently freed first).
+"""
 
 from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -14,11 +25,7 @@ Float32Array = npt.NDArray[np.float32]
 
 
 class KvPool:
-    """``num_kv_blocks`` blocks shaped ``[block_size, 2 (k, v), kv_heads, head_dim]``.
-
-    Blocks are handed out lowest id first so fresh sequences get runs of adjacent
-    blocks, which lets a transport coalesce neighbouring ranges.
-    """
+    """``num_kv_blocks`` blocks shaped ``[block_size, 2 (k, v), kv_heads, head_dim]``."""
 
     def __init__(self, config: ReferenceModelConfig) -> None:
         self.block_size = config.kv_block_size
@@ -27,7 +34,13 @@ class KvPool:
             (config.num_kv_blocks, config.kv_block_size, 2, config.num_kv_heads, config.head_dim),
             dtype=np.float32,
         )
-        self._free: list[int] = list(range(config.num_kv_blocks - 1, -1, -1))
+        self._refs = [0] * config.num_kv_blocks
+        self._cached = [False] * config.num_kv_blocks
+        self._plain: list[int] = list(range(config.num_kv_blocks - 1, -1, -1))
+        self._lru: OrderedDict[int, None] = OrderedDict()  # cached and free, oldest first
+        # Called when allocation needs cached free blocks: the prefix cache drops at least
+        # one entry with a free block (and calls ``uncache`` for its blocks).
+        self.on_evict: Callable[[], None] = self._uncache_oldest
 
     @property
     def num_total(self) -> int:
@@ -35,24 +48,72 @@ class KvPool:
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        """Blocks an allocation can get: plain free ones plus evictable cached ones."""
+        return len(self._plain) + len(self._lru)
+
+    @property
+    def num_cached_free(self) -> int:
+        return len(self._lru)
 
     def region(self) -> memoryview:
         return self.blocks.data.cast("B")
 
+    def refs(self, block: int) -> int:
+        return self._refs[block]
+
     def allocate(self, count: int) -> list[int]:
-        if count > len(self._free):
+        if count > self.num_free:
             raise KvCapacityError(
-                f"KV pool exhausted: need {count} blocks, {len(self._free)} of "
-                f"{self.num_total} free"
+                f"KV pool exhausted: need {count} blocks, {self.num_free} of {self.num_total} free"
             )
-        taken = self._free[len(self._free) - count :]
-        del self._free[len(self._free) - count :]
+        while len(self._plain) < count:
+            self.on_evict()
+        taken = self._plain[len(self._plain) - count :]
+        del self._plain[len(self._plain) - count :]
         taken.reverse()
+        for block in taken:
+            self._refs[block] = 1
         return taken
 
-    def free(self, blocks: list[int]) -> None:
-        self._free.extend(reversed(blocks))
+    def incref(self, block: int) -> None:
+        if self._refs[block] == 0:
+            # Only a cached block can be picked up again while free.
+            assert self._cached[block], f"block {block} is free and not cached"
+            del self._lru[block]
+        self._refs[block] += 1
+
+    def decref(self, blocks: Sequence[int]) -> None:
+        """Drop one reference to each of ``blocks``, in order (the first to become free
+        is the first a later allocation evicts)."""
+        for block in blocks:
+            self._refs[block] -= 1
+            assert self._refs[block] >= 0, f"block {block} released twice"
+            if self._refs[block]:
+                continue
+            if self._cached[block]:
+                self._lru[block] = None
+            else:
+                self._plain.append(block)
+
+    def mark_cached(self, block: int) -> None:
+        self._cached[block] = True
+
+    def uncache(self, blocks: Sequence[int]) -> None:
+        """The prefix cache no longer names ``blocks``: free ones become plain free."""
+        for block in blocks:
+            if not self._cached[block]:
+                continue
+            self._cached[block] = False
+            if self._refs[block] == 0:
+                del self._lru[block]
+                self._plain.append(block)
+
+    def cached_free(self) -> Iterator[int]:
+        """Cached free blocks, least recently freed first."""
+        return iter(self._lru)
+
+    def _uncache_oldest(self) -> None:
+        self.uncache([next(iter(self._lru))])
 
 
 class _LayerTable:
@@ -81,12 +142,28 @@ class SequenceKv:
     def tables(self) -> list[LayerBlocks]:
         return [LayerBlocks(first=t.first, physical=tuple(t.physical)) for t in self._tables]
 
+    def block(self, layer: int, logical: int) -> int | None:
+        """Physical block holding logical block ``logical`` of ``layer`` (None: not held)."""
+        table = self._tables[layer]
+        if table.first <= logical < table.end:
+            return table.physical[logical - table.first]
+        return None
+
     def count_missing_blocks(self, layer: int, positions: range) -> int:
         span = compute_block_span(positions, self._pool.block_size)
         table = self._tables[layer]
         if not table.physical:
             return len(span)
         return max(0, span.stop - table.end)
+
+    def adopt(self, layer: int, first: int, physical: Sequence[int]) -> None:
+        """Start an empty table with shared blocks (a cached prefix): one more reference
+        to each."""
+        table = self._tables[layer]
+        assert not table.physical, f"layer {layer} already holds blocks"
+        for block in physical:
+            self._pool.incref(block)
+        table.first, table.physical = first, list(physical)
 
     def cover(self, layer: int, positions: range) -> None:
         """Make sure ``positions`` have blocks. A table only ever grows at its end, except
@@ -104,17 +181,26 @@ class SequenceKv:
             table.physical.extend(self._pool.allocate(missing))
 
     def drop_before(self, layer: int, position: int) -> None:
-        """Free blocks that hold only positions before ``position``."""
+        """Let go of blocks that hold only positions before ``position``."""
         table = self._tables[layer]
         stale = min(len(table.physical), max(0, position // self._pool.block_size - table.first))
         if stale:
-            self._pool.free(table.physical[:stale])
+            self._pool.decref(table.physical[:stale])
             del table.physical[:stale]
             table.first += stale
 
     def release(self) -> None:
+        """Let go of every block, the last logical block first, so that a cached prefix
+        is evicted from its tail (a block is only useful after its parents)."""
+        depth = max((t.end for t in self._tables), default=0)
+        for logical in range(depth - 1, -1, -1):
+            held = [
+                b
+                for layer in range(len(self._tables))
+                if (b := self.block(layer, logical)) is not None
+            ]
+            self._pool.decref(held)
         for table in self._tables:
-            self._pool.free(table.physical)
             table.physical = []
             table.first = 0
 
@@ -125,24 +211,26 @@ class SequenceKv:
         self._pool.blocks[block_ids, slots, 0] = keys
         self._pool.blocks[block_ids, slots, 1] = values
 
-    def read(self, layer: int, positions: range) -> tuple[Float32Array, Float32Array]:
-        """K and V of ``positions`` as ``[tokens, kv_heads, head_dim]``, valid until the
-        next write (they may be views of the pool). Covers exactly ``positions``, so
-        stale bytes in partial blocks never leak in."""
-        size = self._pool.block_size
+    def gather(self, layer: int, blocks: range, out: Float32Array) -> None:
+        """Copy logical blocks ``blocks`` of ``layer`` into ``out``
+        (``[len(blocks), block_size, 2, kv_heads, head_dim]``) in one gather; blocks the
+        table does not hold come out zero. Stale bytes (slots after the last written
+        position, positions a transfer did not write) are the caller's to mask."""
         table = self._tables[layer]
-        span = compute_block_span(positions, size)
-        if span.start < table.first or span.stop > table.end:
-            raise AssertionError(f"layer {layer}: positions {positions} are not cached")
-        physical = table.physical[span.start - table.first : span.stop - table.first]
-        if physical == list(range(physical[0], physical[0] + len(physical))):
-            gathered = self._pool.blocks[physical[0] : physical[-1] + 1]
-        else:
-            gathered = self._pool.blocks[physical]
-        flat = gathered.reshape(-1, *gathered.shape[2:])
-        offset = positions.start - span.start * size
-        tokens = flat[offset : offset + len(positions)]
-        return tokens[:, 0], tokens[:, 1]
+        low, high = max(blocks.start, table.first), min(blocks.stop, table.end)
+        if high <= low:
+            out[...] = 0.0
+            return
+        out[: low - blocks.start] = 0.0
+        out[high - blocks.start :] = 0.0
+        physical = table.physical[low - table.first : high - table.first]
+        np.take(
+            self._pool.blocks,
+            physical,
+            axis=0,
+            out=out[low - blocks.start : high - blocks.start],
+            mode="clip",
+        )
 
     def _locate(
         self, layer: int, positions: npt.NDArray[np.int64]

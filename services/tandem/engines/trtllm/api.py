@@ -9,7 +9,8 @@ TensorRT-LLM 1.2.1; sources in ``version.py``):
   prompt_adapter_request=None, streaming=False, kv_cache_retention_config=None,
   disaggregated_params=None, ...) -> RequestOutput`` — llmapi/llm.py; we pass keywords only
 * ``LLM.get_stats_async(timeout=2) -> IterationResult`` (async iterable of stats dicts),
-  ``LLM.shutdown()`` — llmapi/llm.py
+  ``LLM.get_kv_cache_events_async(timeout=2) -> IterationResult`` (async iterable of KV
+  event dicts, see ``kv_events.py``), ``LLM.shutdown()`` — llmapi/llm.py
 * ``RequestOutput``: ``request_id``, ``outputs: list[CompletionOutput]``, ``finished``,
   ``abort()``, ``aresult()``, ``async for`` (each step yields the same, updated object)
   — executor/result.py
@@ -82,6 +83,8 @@ class LlmLike(Protocol):
     ) -> RequestOutputLike: ...
 
     def get_stats_async(self, timeout: float | None = 2) -> AsyncIterator[Any]: ...
+
+    def get_kv_cache_events_async(self, timeout: float | None = 2) -> AsyncIterator[Any]: ...
 
     def shutdown(self) -> None: ...
 

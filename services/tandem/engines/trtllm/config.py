@@ -68,6 +68,12 @@ class TrtllmConfigError(ValueError):
     """The spec cannot be rendered into valid TensorRT-LLM options; says which field."""
 
 
+# Events TensorRT-LLM buffers between two polls (every 0.5 s): ample for thousands of
+# blocks stored or evicted per second; overflow loses events, which the translator
+# survives (unknown parents are skipped).
+DEFAULT_KV_EVENT_BUFFER = 16384
+
+
 def merge_options(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """``override`` over ``base``: nested mappings merge key by key, anything else
     (lists included) is replaced."""
@@ -137,10 +143,16 @@ def _defaults(spec: InferenceClusterSpec, role: PoolRole, pool: PoolSpec) -> dic
         "max_num_tokens": llm_args.DEFAULT_MAX_NUM_TOKENS,
         "enable_chunked_prefill": True,
         "enable_iter_perf_stats": True,
+        # Tandem's frontend tokenizes (the tokenizer the model spec selects; harmony for
+        # gpt-oss) and workers exchange ids: TensorRT-LLM needs no tokenizer of its own,
+        # so it cannot disagree with ours. Requests carry end_id and stop ids explicitly.
+        "skip_tokenizer_init": True,
         "kv_cache_config": {
             "dtype": DEFAULT_KV_DTYPE,
             "free_gpu_memory_fraction": DEFAULT_FREE_GPU_MEMORY_FRACTION,
             "tokens_per_block": llm_args.DEFAULT_TOKENS_PER_BLOCK,
+            # TensorRT-LLM's KV cache events feed the routers' index (kv_events.py).
+            "event_buffer_max_size": DEFAULT_KV_EVENT_BUFFER,
         },
         "cache_transceiver_config": {
             "backend": TRANSCEIVER_BACKEND_BY_KV_BACKEND[spec.kv_transfer.backend],

@@ -31,9 +31,11 @@ from tandem.engines.base import (
 )
 from tandem.engines.trtllm.api import LlmLike, RequestOutputLike, TrtllmApi, load_trtllm
 from tandem.engines.trtllm.handoff import decode_handoff, encode_handoff
+from tandem.engines.trtllm.kv_events import TrtllmKvEventTranslator
 from tandem.engines.trtllm.options import TrtllmEngineOptions
 from tandem.engines.trtllm.stats import engine_stats_from_iteration, parse_iteration_stats
 from tandem.engines.trtllm.version import release_of
+from tandem.kv.events import KvCacheEvent
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +68,11 @@ class TrtllmEngine:
         self._llm: LlmLike | None = None
         self._running: dict[str, RequestOutputLike] = {}
         self._last_stats = EngineStats(0, 0, 0, options.kv_block_size)
+        self._kv_events = (
+            TrtllmKvEventTranslator(options.kv_block_size, options.max_context)
+            if _publishes_kv_events(options.llm_args)
+            else None
+        )
         self.info = EngineInfo(
             model_name=options.model_name,
             vocab_size=options.vocab_size,
@@ -83,7 +90,6 @@ class TrtllmEngine:
         if self._llm is not None:
             return
         api = self._loader()
-        llm_args = api.update_llm_args({}, dict(self._options.llm_args))
         logger.info(
             "loading %s with TensorRT-LLM %s as a %s worker",
             self._options.model,
@@ -91,6 +97,8 @@ class TrtllmEngine:
             self.role.value,
         )
         try:
+            # Validates too: it builds KvCacheConfig, MoeConfig... from their dicts.
+            llm_args = api.update_llm_args({}, dict(self._options.llm_args))
             self._llm = await asyncio.wait_for(
                 asyncio.to_thread(api.llm, self._options.model, **llm_args),
                 timeout=self._options.load_timeout_s,
@@ -221,6 +229,22 @@ class TrtllmEngine:
             )
         return self._last_stats
 
+    async def poll_kv_events(self) -> list[KvCacheEvent]:
+        """TensorRT-LLM's KV cache events since the last call, in Tandem's names
+        (``kv_events.py``); [] unless ``kv_cache_config.event_buffer_max_size`` > 0."""
+        if self._llm is None or self._kv_events is None:
+            return []
+        raw: list[Any] = []
+        try:
+            async with asyncio.timeout(_STATS_DRAIN_LIMIT_S):
+                async for item in self._llm.get_kv_cache_events_async(
+                    timeout=self._options.stats_timeout_s
+                ):
+                    raw.append(item)
+        except (TimeoutError, asyncio.QueueEmpty):
+            pass  # an empty queue ends the read, as for stats
+        return self._kv_events.translate(raw)
+
     async def close(self) -> None:
         llm, self._llm = self._llm, None
         for output in list(self._running.values()):
@@ -325,3 +349,13 @@ def _finish_reason(reason: str | None) -> FinishReason:
 def create_engine(options: Mapping[str, object]) -> TrtllmEngine:
     """Registry entry point (``tandem.engines.registry``); call ``await start()`` next."""
     return TrtllmEngine(TrtllmEngineOptions.from_options(options))
+
+
+def _publishes_kv_events(llm_args: Mapping[str, Any]) -> bool:
+    """TensorRT-LLM emits KV events only with a positive event buffer and block reuse
+    (its default) on."""
+    kv_cache = llm_args.get("kv_cache_config")
+    if not isinstance(kv_cache, Mapping):
+        return False
+    size = kv_cache.get("event_buffer_max_size", 0)
+    return isinstance(size, int) and size > 0 and kv_cache.get("enable_block_reuse", True)

@@ -1,11 +1,18 @@
 """The LLM API option names of TensorRT-LLM 1.2.1, to reject typos before a pod starts.
 
-``BaseLlmArgs`` is a pydantic model with ``extra="forbid"`` (tensorrt_llm/llmapi/
-llm_args.py:1889-1892 at v1.2.1), so an unknown key makes the worker crash at startup;
-catching it while rendering turns that into a spec error. Field names are those of
-``BaseLlmArgs`` (llm_args.py:1885-2355) and ``TorchLlmArgs`` (llm_args.py:2768-3304), the
-PyTorch backend that ``LLM`` uses by default at 1.2.1 (``LlmArgs = TorchLlmArgs``,
-llm_args.py:3410).
+``BaseLlmArgs`` is a pydantic model with ``extra="forbid"`` and ``LLM.__init__`` refuses
+any keyword that is not a ``TorchLlmArgs`` field, so an unknown key makes the worker
+crash at startup; catching it while rendering turns that into a spec error. ``LLM``
+uses the PyTorch backend (``LlmArgs = TorchLlmArgs``).
+
+Where the names come from (``version.py`` has the full record): first a field-by-field
+catalogue of the v1.2.1 wheel (third party), then checked name by name against
+TensorRT-LLM's own ``tensorrt_llm/llmapi/llm_args.py`` in two stored versions that
+bracket 1.2.1 (a 1.1-era one and a post-release/1.2 main one). Every name below is a
+field in TensorRT-LLM's source; one is placed differently by the two versions
+(``fail_fast_on_attention_window_too_large``: ``BaseLlmArgs`` in the older one, only
+``TrtLlmArgs`` in the newer), so 1.2.1's PyTorch ``LLM`` may refuse it -- with the
+worker's one-line "refused its options" error, not a silent misconfiguration.
 """
 
 from __future__ import annotations
@@ -147,6 +154,9 @@ MOE_CONFIG = frozenset(
         "use_low_precision_moe_combine",
     }
 )
+# Without "AUTO": it reached TensorRT-LLM's main on 2026-01-30 (PR #11074), 1.2.1 comes
+# from the release/1.2 branch, and the 1.2.1 catalogue lacks it; both source versions
+# read list the other seven.
 MOE_BACKENDS = frozenset(
     {"CUTLASS", "CUTEDSL", "WIDEEP", "TRTLLM", "DEEPGEMM", "VANILLA", "TRITON"}
 )
@@ -157,8 +167,8 @@ NESTED_FIELDS = {
     "moe_config": MOE_CONFIG,
 }
 
-# KvCacheConfig defaults at 1.2.1 (llm_args.py:1650 and :1711).
+# KvCacheConfig defaults, as in the 1.2.1 catalogue and the newer source version read.
 DEFAULT_TOKENS_PER_BLOCK = 32
 DEFAULT_FREE_GPU_MEMORY_FRACTION = 0.9
-# BaseLlmArgs.max_num_tokens default at 1.2.1 (llm_args.py:2068).
+# BaseLlmArgs.max_num_tokens default (likewise).
 DEFAULT_MAX_NUM_TOKENS = 8192

@@ -1,4 +1,4 @@
-"""Mirrors tensorrt_llm/llmapi/__init__.py (v1.2.1): the names Tandem imports."""
+"""Mirrors tensorrt_llm/llmapi/__init__.py: the names Tandem and its tests import."""
 
 from tensorrt_llm.disaggregated_params import DisaggregatedParams
 from tensorrt_llm.executor.result import CompletionOutput
@@ -6,6 +6,7 @@ from tensorrt_llm.executor.utils import RequestError
 from tensorrt_llm.llmapi.llm import LLM, RequestOutput
 from tensorrt_llm.llmapi.llm_args import (
     CacheTransceiverConfig,
+    Eagle3DecodingConfig,
     EagleDecodingConfig,
     KvCacheConfig,
     MoeConfig,
@@ -17,6 +18,7 @@ __all__ = [
     "CacheTransceiverConfig",
     "CompletionOutput",
     "DisaggregatedParams",
+    "Eagle3DecodingConfig",
     "EagleDecodingConfig",
     "KvCacheConfig",
     "MoeConfig",

@@ -7,7 +7,18 @@ dtype='auto', revision=None, tokenizer_revision=None, **kwargs)``,
 prompt_adapter_request=None, streaming=False, kv_cache_retention_config=None,
 disaggregated_params=None, trace_headers=None, _postproc_params=None,
 scheduling_params=None, cache_salt=None)``, ``get_stats_async(timeout=2)``,
+``get_kv_cache_events(timeout=2)`` / ``get_kv_cache_events_async(timeout=2)``,
 ``shutdown()``.
+
+KV cache events, as the real one emits them with ``KvCacheConfig(enable_block_reuse=
+True, event_buffer_max_size=N > 0)`` (llm.py docstrings of ``get_kv_cache_events``):
+one dict per event in ``KVCacheEventSerializer``'s shape (tensorrt_llm/_utils.py,
+checked at commit 000a01de66f0 = 1.0.0rc4 and in later versions; ``window_size`` on
+every event): a ``created`` event
+first, ``stored`` for the full blocks of each finished prompt (block hashes are the
+fake's own, as TensorRT-LLM's are its C++ hasher's), ``removed`` when the reusable pool
+is full and the oldest block goes; at most ``event_buffer_max_size`` events wait, older
+ones are dropped.
 
 Failure modes reproduced loudly where the real engine deadlocks, OOMs or crashes:
 a context-only request on an instance whose overlap scheduler is on, a prompt longer
@@ -19,6 +30,7 @@ backend differs from the context side's.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import math
 from pathlib import Path
@@ -27,7 +39,7 @@ from typing import Any
 from tensorrt_llm._fabric import TRANSCEIVER, ParkedKv, new_endpoint, new_opaque_state, next_token
 from tensorrt_llm.disaggregated_params import DisaggregatedParams
 from tensorrt_llm.executor.result import GenerationResult, IterationResult, _Update
-from tensorrt_llm.llmapi.llm_args import TorchLlmArgs
+from tensorrt_llm.llmapi.llm_args import TorchLlmArgs, llm_argument_names
 from tensorrt_llm.sampling_params import SamplingParams
 
 # Mirrors llm.py: RequestOutput is the GenerationResult users receive.
@@ -50,6 +62,10 @@ class LLM:
         tokenizer_revision: str | None = None,
         **kwargs: Any,
     ) -> None:
+        # As llm.py does: keywords are checked against the args' fields first.
+        for key in kwargs:
+            if key not in llm_argument_names():
+                raise ValueError(f"{type(self).__name__} got invalid argument: {key}")
         self.args = TorchLlmArgs.from_kwargs(
             model=model,
             tokenizer=tokenizer,
@@ -62,7 +78,7 @@ class LLM:
             tokenizer_revision=tokenizer_revision,
             **kwargs,
         )
-        kv = self.args.get("kv_cache_config")
+        kv = self.args.kv_cache_config
         self._tokens_per_block = kv.tokens_per_block
         self._total_blocks = (kv.max_tokens or _DEFAULT_KV_TOKENS) // self._tokens_per_block
         self._endpoint = new_endpoint()
@@ -73,6 +89,9 @@ class LLM:
         self._aborted: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.shut_down = False
+        # One attention window: the configured one, else the whole sequence.
+        window = kv.max_attention_window[0] if kv.max_attention_window else self.args.max_seq_len
+        self._events = _EventLog(kv, self._total_blocks, window or _DEFAULT_KV_TOKENS)
         # Fake-only test hook: messages of errors the next requests fail with.
         self.fail_next: list[str] = []
 
@@ -110,6 +129,12 @@ class LLM:
     def get_stats_async(self, timeout: float | None = 2) -> IterationResult:
         return IterationResult(self._stats, timeout)
 
+    def get_kv_cache_events(self, timeout: float | None = 2) -> list[dict[str, Any]]:
+        return self._events.take()
+
+    def get_kv_cache_events_async(self, timeout: float | None = 2) -> IterationResult:
+        return IterationResult(self._events.take(), timeout)
+
     def shutdown(self) -> None:
         self.shut_down = True
         for task in self._tasks:
@@ -146,7 +171,7 @@ class LLM:
 
     def _context_only(self, result: GenerationResult, sampling: SamplingParams) -> None:
         transceiver = self._transceiver_config()
-        if not self.args.get("disable_overlap_scheduler"):
+        if not self.args.disable_overlap_scheduler:
             raise _Failed("context-only requests need disable_overlap_scheduler=True")
         prompt = result.prompt_token_ids
         limit = transceiver.max_tokens_in_buffer
@@ -174,6 +199,7 @@ class LLM:
             ctx_info_endpoint=self._endpoint,
         )
         self._record_stats()
+        self._events.store(prompt)
         result._push(_Update((first,), True, None, handoff))
 
     def _generation_start(
@@ -231,16 +257,17 @@ class LLM:
                 pending.clear()
         if tokens and tokens[-1] in stop:
             reason = "stop"
+        self._events.store(result.prompt_token_ids)
         result._push(_Update(tuple(pending), True, reason))  # type: ignore[arg-type]
 
     def _transceiver_config(self) -> Any:
-        config = self.args.get("cache_transceiver_config")
+        config = self.args.cache_transceiver_config
         if config is None:
             raise _Failed("disaggregated requests need cache_transceiver_config")
         return config
 
     def _record_stats(self) -> None:
-        if not self.args.get("enable_iter_perf_stats"):
+        if not self.args.enable_iter_perf_stats:
             return
         used = TRANSCEIVER.parked_blocks(self._endpoint) + sum(
             math.ceil(length / self._tokens_per_block) for _, length in self._running.values()
@@ -262,3 +289,70 @@ class LLM:
 
 class _Failed(Exception):
     """Internal: fails one request with RequestError on the consumer side."""
+
+
+class _EventLog:
+    """The fake's reusable-block pool and the KV events it would report."""
+
+    def __init__(self, kv_config: Any, capacity: int, window: int) -> None:
+        self._enabled = kv_config.enable_block_reuse and kv_config.event_buffer_max_size > 0
+        self._limit = kv_config.event_buffer_max_size
+        self._block = kv_config.tokens_per_block
+        self._capacity = capacity
+        self._window = window
+        self._reusable: dict[int, None] = {}  # block hashes, oldest first
+        self._queue: list[dict[str, Any]] = []
+        self._ids = itertools.count()
+        self._emit({"type": "created", "num_blocks_per_cache_level": [capacity, 0]})
+
+    def store(self, prompt: list[int]) -> None:
+        parent: int | None = None
+        new: list[dict[str, Any]] = []
+        new_parent = None
+        for start in range(0, len(prompt) - self._block + 1, self._block):
+            tokens = prompt[start : start + self._block]
+            block_hash = _block_key(parent, tokens)
+            if block_hash not in self._reusable:
+                if not new:
+                    new_parent = parent
+                new.append(
+                    {
+                        "type": "stored_block",
+                        "block_hash": block_hash,
+                        "tokens": [
+                            {"type": "unique_token", "token_id": t, "token_extra_id": 0}
+                            for t in tokens
+                        ],
+                        "cache_level": 0,
+                        "priority": 35,
+                    }
+                )
+                self._reusable[block_hash] = None
+            parent = block_hash
+        if new:
+            self._emit({"type": "stored", "parent_hash": new_parent, "blocks": new})
+        evicted = []
+        while len(self._reusable) > self._capacity:
+            oldest = next(iter(self._reusable))
+            del self._reusable[oldest]
+            evicted.append(oldest)
+        if evicted:
+            self._emit({"type": "removed", "block_hashes": evicted})
+
+    def take(self) -> list[dict[str, Any]]:
+        events, self._queue = self._queue, []
+        return events
+
+    def _emit(self, data: dict[str, Any]) -> None:
+        if not self._enabled:
+            return
+        # KVCacheEventSerializer.to_json_str always writes window_size.
+        event = {"event_id": next(self._ids), "data": data, "window_size": self._window}
+        self._queue.append(event)
+        del self._queue[: max(0, len(self._queue) - self._limit)]
+
+
+def _block_key(parent: int | None, tokens: list[int]) -> int:
+    """The fake's block hash: any stable 64-bit name that is not Tandem's."""
+    data = repr((parent, tokens)).encode()
+    return int.from_bytes(hashlib.sha256(data).digest()[:8], "little")

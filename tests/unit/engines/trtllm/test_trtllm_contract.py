@@ -289,17 +289,50 @@ async def test_eagle3_options_reach_the_llm_as_a_config_object(fake_trtllm: Modu
     options = {"model": "/models/gpt-oss-120b", "role": "decode", "llm_args": llm_args}
     engine = TrtllmEngine(TrtllmEngineOptions.from_options(options))
     await engine.start()
-    speculative = llm_of(engine).args.get("speculative_config")
-    assert type(speculative).__name__ == "EagleDecodingConfig"
+    speculative = llm_of(engine).args.speculative_config
+    # TensorRT-LLM's PyTorch backend runs decoding_type "Eagle" as Eagle-3.
+    assert isinstance(speculative, fake_trtllm.llmapi.EagleDecodingConfig)
     assert (speculative.max_draft_len, speculative.eagle3_one_model) == (3, True)
     assert speculative.speculative_model == "/models/gpt-oss-120b-eagle3"
     await engine.close()
 
 
-async def test_invalid_llm_options_fail_start_with_an_engine_error(make: EngineFactory) -> None:
-    engine = make("decode", kv_cache_config={"tokens_per_blok": 32})
-    with pytest.raises(EngineError, match="refused its options"):
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        ({"kv_cache_config": {"tokens_per_blok": 32}}, "tokens_per_blok"),
+        ({"enable_chunked_prefil": True}, "invalid argument: enable_chunked_prefil"),
+        ({"cache_transceiver_config": {"backend": "TCP"}}, "backend"),
+    ],
+)
+async def test_invalid_llm_options_fail_start_with_an_engine_error(
+    make: EngineFactory, override: dict[str, Any], says: str
+) -> None:
+    engine = make("decode", **override)
+    with pytest.raises(EngineError, match="refused its options") as refused:
         await engine.start()
+    assert says in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "example", ["gpt-oss-20b-h100.yaml", "gpt-oss-120b-b200.yaml", "gpt-oss-120b-gb200.yaml"]
+)
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+async def test_every_rendered_option_is_one_tensorrt_llm_accepts(
+    fake_trtllm: ModuleType, example: str, role: str
+) -> None:
+    """The fake's models are written from TensorRT-LLM's source, not from the renderer's
+    catalogue: a misspelt or misplaced option name fails here."""
+    cluster = load_inference_cluster(EXAMPLE.parent / example)
+    options = {
+        "model": "/models/m",
+        "model_name": cluster.spec.model.name,
+        "role": role,
+        "llm_args": render_trtllm_config(cluster, role),
+    }
+    engine = TrtllmEngine(TrtllmEngineOptions.from_options(options))
+    await engine.start()
+    await engine.close()
 
 
 async def test_not_started_engine_says_so(make: EngineFactory) -> None:

@@ -1,0 +1,40 @@
+"""The same deployments in virtual time (``tandem.sim``): the point aiperf would measure
+if the plumbing cost nothing."""
+
+from __future__ import annotations
+
+import statistics
+
+from tandem.bench.goodput.points import (
+    Point,
+    Record,
+    Split,
+    compute_steady_throughput,
+)
+from tandem.bench.goodput.stack import MIN_PREFILL_TOKENS
+from tandem.sim.cluster import ClusterSim, Deployment, SimRequest
+from tandem.sim.metrics import compute_percentiles
+
+
+def simulate_point(
+    profile: str, isl: int, osl: int, split: Split, concurrency: int, requests: int, ramp_s: float
+) -> Point:
+    options = {"model": "gpt-oss-120b", "accelerator": profile, "kv_cache_dtype": "fp8"}
+    sim = ClusterSim(Deployment(split.prefill, split.decode, options, options, MIN_PREFILL_TOKENS))
+    outcomes = sim.run_closed(
+        lambda _: SimRequest(0.0, isl, osl), concurrency, requests, ramp_s=ramp_s
+    )
+    records = [Record(o.arrival, o.first_token, o.end, o.output_tokens) for o in outcomes]
+    return Point(
+        source="model",
+        profile=profile,
+        isl=isl,
+        osl=osl,
+        split=split,
+        concurrency=concurrency,
+        ttft=compute_percentiles([o.ttft for o in outcomes]),
+        itl=compute_percentiles([o.itl for o in outcomes]),
+        tokens_per_second=compute_steady_throughput(records, concurrency),
+        tokens_per_second_per_user=statistics.median(1 / o.itl for o in outcomes if o.itl > 0),
+        requests=len(outcomes),
+    )

@@ -1,0 +1,135 @@
+"""``tandem plan -f FILE --isl N --osl N --rate R --ttft-p90 S --itl-p90-ms MS``: the
+deployment that meets the SLO on the fewest GPUs, with the numbers behind it.
+
+Exit codes: 0 a deployment meets the SLO, 1 none can (the message says why), 2 invalid
+input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tandem.api.v1alpha1 import InferenceCluster
+from tandem.sim.metrics import Slo
+from tandem.sim.planner import Evaluation, Recommendation, Workload, recommend
+from tandem.sim.plot import PlotUnavailableError, plot_recommendation
+from tandem.sim.spec_setup import compute_setup
+
+EXIT_CANNOT = 1
+EXIT_INVALID = 2
+WORKLOAD_FLAGS = ("isl", "osl", "rate", "ttft_p90", "itl_p90_ms")
+
+
+def add_workload_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "workload (all five together: recommend a deployment instead of checking the spec's)"
+    )
+    group.add_argument("--isl", type=_positive_int, help="prompt tokens per request")
+    group.add_argument("--osl", type=_positive_int, help="answer tokens per request")
+    group.add_argument("--rate", type=_positive_float, help="requests per second")
+    group.add_argument("--ttft-p90", type=_positive_float, help="TTFT p90 target, seconds")
+    group.add_argument("--itl-p90-ms", type=_positive_float, help="ITL p90 target, milliseconds")
+    group.add_argument("--plot", type=Path, help="write the options' Pareto chart here (PNG)")
+    group.add_argument(
+        "--requests", type=_positive_int, default=150, help="simulated requests per candidate"
+    )
+
+
+def wants_recommendation(args: argparse.Namespace) -> bool:
+    return any(getattr(args, flag) is not None for flag in WORKLOAD_FLAGS)
+
+
+def cmd_recommend(args: argparse.Namespace, source: str, cluster: InferenceCluster) -> int:
+    missing = [f"--{f.replace('_', '-')}" for f in WORKLOAD_FLAGS if getattr(args, f) is None]
+    if missing:
+        print(f"error: a workload needs {', '.join(missing)} too", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        setup, limits = compute_setup(cluster.spec)
+    except ValueError as exc:
+        print(f"error: {source}: spec.{exc}", file=sys.stderr)
+        return EXIT_INVALID
+    workload = Workload(args.isl, args.osl, args.rate, Slo(args.ttft_p90, args.itl_p90_ms / 1e3))
+    spec = cluster.spec
+    print(
+        f"{cluster.metadata.name}: {spec.model.name} on {spec.accelerator.profile.value}, "
+        f"prefill TP{limits.prefill_tp} (<= {limits.max_prefill} workers), decode "
+        f"TP{limits.decode_tp} (<= {limits.max_decode} workers)\n"
+        f"workload: ISL {workload.isl}, OSL {workload.osl}, {workload.rate:g} requests/s; "
+        f"SLO {workload.slo.describe()}",
+        flush=True,
+    )
+    result = recommend(
+        workload, setup, limits, requests=args.requests,
+        progress=lambda e: print(f"  tried {_row(e)}", flush=True),
+    )  # fmt: skip
+    print(format_recommendation(result))
+    if args.plot is not None:
+        try:
+            path = plot_recommendation(result, args.plot, _title(cluster, workload))
+        except PlotUnavailableError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_INVALID
+        print(f"wrote {path}")
+    return 0 if result.chosen is not None else EXIT_CANNOT
+
+
+def format_recommendation(result: Recommendation) -> str:
+    chosen = result.chosen
+    if chosen is None:
+        lines = [f"CANNOT MEET THE SLO: {result.reason}"]
+        closest = _closest(result.evaluated)
+        if closest is not None:
+            lines.append(f"  closest: {_row(closest)}")
+        return "\n".join(lines)
+    c = chosen.candidate
+    split = "" if c.prefill == 0 else f", P:D = {c.prefill}:{c.decode}"
+    return "\n".join(
+        [
+            f"recommended: {c.name}{split}, {c.gpus} GPUs",
+            f"  TTFT p50/p90/p99 {chosen.ttft.p50:.2f} / {chosen.ttft.p90:.2f} / "
+            f"{chosen.ttft.p99:.2f} s; ITL p50/p90/p99 {chosen.itl.p50 * 1e3:.1f} / "
+            f"{chosen.itl.p90 * 1e3:.1f} / {chosen.itl.p99 * 1e3:.1f} ms",
+            f"  {chosen.tokens_per_second_per_gpu:,.0f} tokens/s/GPU, "
+            f"{chosen.tokens_per_second_per_user:.0f} tokens/s/user (median), "
+            f"{chosen.requests} simulated requests judged",
+            f"  {len(result.evaluated)} deployments simulated; none with fewer GPUs meets the SLO",
+        ]
+    )
+
+
+def _row(e: Evaluation) -> str:
+    verdict = "meets" if e.meets else "misses"
+    return (
+        f"{e.candidate.name} ({e.candidate.gpus} GPUs): TTFT p90 {e.ttft.p90:.2f} s, "
+        f"ITL p90 {e.itl.p90 * 1e3:.1f} ms -> {verdict}"
+    )
+
+
+def _closest(evaluated: tuple[Evaluation, ...]) -> Evaluation | None:
+    if not evaluated:
+        return None
+    return min(evaluated, key=lambda e: (e.itl.p90, e.ttft.p90))
+
+
+def _title(cluster: InferenceCluster, workload: Workload) -> str:
+    return (
+        f"{cluster.spec.model.name} on {cluster.spec.accelerator.profile.value}: ISL "
+        f"{workload.isl}, OSL {workload.osl}, {workload.rate:g} req/s"
+    )
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value

@@ -1,0 +1,7 @@
+"""``python -m tandem.devcluster.realnode PLAN.json [--watch-stdin]``: the supervisor."""
+
+import sys
+
+from tandem.devcluster.realnode.supervisor import main
+
+sys.exit(main())

@@ -1,0 +1,143 @@
+"""The simulated engine's options: which GPU, model and parallelism its clock models, how
+fast the clock runs, and the vocabulary its tokens come from.
+
+Engine options arrive loosely typed (YAML, JSON on the command line); this pydantic model
+is their boundary, so a wrong option fails at start with its name. ``model``,
+``accelerator`` and ``tensor_parallel_size`` default to the InferenceCluster's model,
+profile and pool parallelism (``render_simulated_options``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tandem.api.v1alpha1 import AcceleratorProfile
+from tandem.capacity.gpus import GpuSpec, gpu_for
+from tandem.capacity.models import KvDtype, ModelArchitecture, find_architecture, parse_kv_dtype
+from tandem.engines.base import EngineError
+from tandem.perf.clock import StepClock, build_clock
+from tandem.perf.hardware import performance_for
+from tandem.perf.model import Efficiency, PerfModel
+
+# gpt-oss speaks o200k_harmony: its embedding table has 201,088 rows, <|return|> (200002)
+# ends an answer, and ids below 199,998 are ordinary text (the specials come after).
+HARMONY_VOCAB = 201_088
+HARMONY_RETURN = 200_002
+O200K_ORDINARY = 199_998
+# <|channel|>final<|message|>: how a gpt-oss answer opens, so the frontend's harmony
+# parser streams what follows as content, token by token.
+HARMONY_FINAL_HEADER = (200_005, 17_196, 200_008)
+
+
+class SimulatedConfigError(EngineError):
+    """An engine option is unknown, mistyped or out of range; the message names it."""
+
+
+class SimulatedOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = Field(default="gpt-oss-120b", description="architecture the clock models")
+    accelerator: AcceleratorProfile = AcceleratorProfile.GB200
+    tensor_parallel_size: int = Field(default=1, ge=1, le=256)
+    kv_cache_dtype: str = "auto"
+    free_gpu_memory_fraction: float = Field(default=0.9, gt=0, le=1)
+    # TensorRT-LLM's defaults: 8192 tokens per step (decode rows + prefill chunks).
+    max_num_tokens: int = Field(default=8192, ge=1)
+    max_batch_size: int = Field(default=256, ge=1)
+    tokens_per_block: int = Field(default=32, ge=1)
+    # Modelled seconds per wall second: 10 runs a trace ten times faster than real time.
+    speedup: float = Field(default=1.0, gt=0, le=10_000)
+    # A measured table (tandem.perf.table) instead of the analytic model.
+    perf_table: str | None = None
+    efficiency: dict[str, float] = Field(default_factory=dict)
+    vocab_size: int = Field(default=HARMONY_VOCAB, ge=2)
+    eos_token_id: int = Field(default=HARMONY_RETURN, ge=0)
+    # The first generated ids, as the model would write them (a harmony header); the
+    # rest are drawn from [0, output_token_limit): ordinary text, never a stop token.
+    answer_prefix: tuple[int, ...] = HARMONY_FINAL_HEADER
+    output_token_limit: int = Field(default=O200K_ORDINARY, ge=1)
+    max_context: int | None = Field(default=None, ge=2)
+    # Sequences that can hold KV slots at once (each slot is the real handoff payload).
+    kv_slots: int = Field(default=4096, ge=1)
+
+
+class SimulatedConfig:
+    """Validated options plus what they resolve to (architecture, GPU, clock)."""
+
+    def __init__(self, options: SimulatedOptions) -> None:
+        self.options = options
+        architecture = find_architecture(options.model)
+        if architecture is None:
+            raise SimulatedConfigError(
+                f"option model: unknown architecture {options.model!r}; known: gpt-oss-120b, "
+                "gpt-oss-20b"
+            )
+        if options.accelerator is AcceleratorProfile.CPU:
+            raise SimulatedConfigError(
+                "option accelerator: the simulated engine models a GPU (gb200, b200, h200 "
+                "or h100), not cpu"
+            )
+        if options.output_token_limit > options.vocab_size:
+            raise SimulatedConfigError("option output_token_limit must not exceed vocab_size")
+        if any(not 0 <= t < options.vocab_size for t in options.answer_prefix):
+            raise SimulatedConfigError("option answer_prefix: ids must lie in [0, vocab_size)")
+        self.architecture: ModelArchitecture = architecture
+        self.memory: GpuSpec = gpu_for(options.accelerator)
+        try:
+            self.kv_dtype: KvDtype = parse_kv_dtype(
+                options.kv_cache_dtype, native=architecture.native_kv_dtype
+            )
+            efficiency = Efficiency(**options.efficiency)
+        except (TypeError, ValueError) as exc:
+            raise SimulatedConfigError(f"option kv_cache_dtype/efficiency: {exc}") from exc
+        self.perf = PerfModel(
+            architecture,
+            performance_for(options.accelerator),
+            options.tensor_parallel_size,
+            self.kv_dtype,
+            efficiency,
+        )
+        try:
+            self.clock: StepClock = build_clock(self.perf, options.perf_table)
+        except ValueError as exc:
+            raise SimulatedConfigError(f"option perf_table: {exc}") from exc
+        self.max_context = options.max_context or architecture.max_context
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, object]) -> SimulatedConfig:
+        try:
+            return cls(SimulatedOptions.model_validate(dict(options)))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"option {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            )
+            raise SimulatedConfigError(problems) from None
+
+    def digest(self) -> str:
+        """What two engines must share to continue each other's sequences: the model,
+        its KV dtype, the vocabulary and the payload format (not the clock)."""
+        o = self.options
+        facts = (
+            f"simulated/v1;{self.architecture.name};{self.kv_dtype.value};{o.vocab_size};"
+            f"{o.eos_token_id};{o.output_token_limit};{o.tokens_per_block};{o.answer_prefix}"
+        )
+        return hashlib.sha256(facts.encode()).hexdigest()[:16]
+
+
+def render_simulated_options(
+    options: Mapping[str, Any],
+    *,
+    model: str,
+    accelerator: AcceleratorProfile,
+    tensor_parallel_size: int,
+) -> dict[str, Any]:
+    """``options`` with what the spec already says filled in (pure): the model, the
+    accelerator profile (unless it is cpu) and the pool's TP size."""
+    defaults: dict[str, Any] = {"model": model, "tensor_parallel_size": tensor_parallel_size}
+    if accelerator is not AcceleratorProfile.CPU:
+        defaults["accelerator"] = accelerator.value
+    return {**defaults, **options}

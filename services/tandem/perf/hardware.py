@@ -1,0 +1,119 @@
+"""Datasheet performance of each accelerator profile: what the simulated clock runs on.
+
+Per GPU, dense (no sparsity), from NVIDIA's public datasheets (collected in
+``shared/notes/stack-facts.md``, Dec 2026):
+
+* GB200 (NVL72): HBM3e 8 TB/s; FP8 5 PFLOPS, BF16 2.5 PFLOPS; NVLink 5 at 1.8 TB/s per
+  GPU (both directions, so 900 GB/s each way) reaches every GPU of the 72-GPU domain,
+  so prefill and decode workers of one domain move KV over NVLink.
+* B200 (HGX/DGX B200): HBM3e 8 TB/s; FP8 4.5 PFLOPS, BF16 2.25 PFLOPS; NVLink 5 inside
+  the 8-GPU node; between nodes one ConnectX-7 400 Gb/s RDMA rail per GPU (DGX B200
+  datasheet: 8 x 400 Gb/s compute ports).
+* H200: HBM3e 4.8 TB/s; FP8 1.98 PFLOPS, BF16 0.99 PFLOPS (Hopper's tensor cores, as
+  H100); ConnectX-7 400 Gb/s per GPU between nodes.
+* H100 SXM: HBM3 3.35 TB/s; FP8 1.98 PFLOPS, BF16 0.99 PFLOPS; ConnectX-7 400 Gb/s.
+
+KV moves between *workers*, which the autoscaler places on different nodes, so the KV
+link of a profile is the one between nodes: NVLink inside a GB200 NVL72 domain, RDMA
+elsewhere. A worker of TP ranks moves its shards in parallel over TP links.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tandem.api.v1alpha1 import AcceleratorProfile
+
+TB = 1e12
+PFLOPS = 1e15
+GB = 1e9
+
+
+class LinkKind(enum.StrEnum):
+    NVLINK5 = "nvlink5"
+    RDMA_400G = "rdma-400g"
+
+
+@dataclass(frozen=True, slots=True)
+class KvLink:
+    """The link one GPU moves KV over to a GPU of another worker."""
+
+    kind: LinkKind
+    bytes_per_second: float  # one direction, per GPU
+    # Fraction of the line rate a large transfer reaches: the notes' anchors (1.21 GB in
+    # ~28 ms over one 400G NIC "at 85%", ~1.4 ms over NVLink 5).
+    efficiency: float
+    latency_s: float  # per transfer: the handshake and the first descriptor
+
+    @property
+    def effective_bytes_per_second(self) -> float:
+        return self.bytes_per_second * self.efficiency
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPerformance:
+    profile: AcceleratorProfile
+    hbm_bytes_per_second: float
+    fp8_flops: float
+    bf16_flops: float
+    # Bandwidth of the tensor-parallel all-reduce inside a worker (NVLink in every GPU
+    # profile here), one direction per GPU.
+    nvlink_bytes_per_second: float
+    kv_link: KvLink
+    source: str
+
+
+_NVLINK5 = 900 * GB  # 1.8 TB/s per GPU, both directions
+_NVLINK4 = 450 * GB  # Hopper: 900 GB/s per GPU, both directions
+_RDMA_400G = KvLink(LinkKind.RDMA_400G, 50 * GB, 0.85, 50e-6)
+
+PERFORMANCE: Mapping[AcceleratorProfile, GpuPerformance] = {
+    AcceleratorProfile.GB200: GpuPerformance(
+        AcceleratorProfile.GB200,
+        8 * TB,
+        5 * PFLOPS,
+        2.5 * PFLOPS,
+        _NVLINK5,
+        KvLink(LinkKind.NVLINK5, _NVLINK5, 0.95, 10e-6),
+        "GB200 NVL72 datasheet: 8 TB/s HBM3e, FP8 5 PFLOPS dense, NVLink 5 1.8 TB/s per GPU",
+    ),
+    AcceleratorProfile.B200: GpuPerformance(
+        AcceleratorProfile.B200,
+        8 * TB,
+        4.5 * PFLOPS,
+        2.25 * PFLOPS,
+        _NVLINK5,
+        _RDMA_400G,
+        "DGX B200 datasheet: 8 TB/s HBM3e, FP8 4.5 PFLOPS dense, 8 x 400 Gb/s ConnectX-7",
+    ),
+    AcceleratorProfile.H200: GpuPerformance(
+        AcceleratorProfile.H200,
+        4.8 * TB,
+        1.98 * PFLOPS,
+        0.99 * PFLOPS,
+        _NVLINK4,
+        _RDMA_400G,
+        "H200 datasheet: 4.8 TB/s HBM3e, FP8 1.98 PFLOPS dense; ConnectX-7 400 Gb/s",
+    ),
+    AcceleratorProfile.H100: GpuPerformance(
+        AcceleratorProfile.H100,
+        3.35 * TB,
+        1.98 * PFLOPS,
+        0.99 * PFLOPS,
+        _NVLINK4,
+        _RDMA_400G,
+        "H100 SXM datasheet: 3.35 TB/s HBM3, FP8 1.98 PFLOPS dense; ConnectX-7 400 Gb/s",
+    ),
+}
+
+
+def performance_for(profile: AcceleratorProfile) -> GpuPerformance:
+    try:
+        return PERFORMANCE[profile]
+    except KeyError:
+        known = ", ".join(p.value for p in PERFORMANCE)
+        raise ValueError(
+            f"accelerator profile {profile.value!r} has no GPU to simulate; known: {known}"
+        ) from None

@@ -1,0 +1,682 @@
+"""The user's journey, for real: Tandem's own images on a real kubelet, reached the way
+users reach it (docs/port-forward.md walks the same steps).
+
+On the real-node cluster (``real_node_cluster``: kubelet + containerd on this machine,
+the images of ``make images`` imported) and with the CPU example: ``helm install`` (the
+operator runs in-cluster, two replicas, Lease leader election) -> ``kubectl apply`` ->
+``kubectl wait --for=condition=Ready`` -> ``kubectl port-forward svc/...-frontend`` (a
+real subprocess) -> the official ``openai`` client. Then, under steady client load with
+client retries off: scale decode 1 -> 2 -> 1 and delete the prefill pod (zero failed
+requests); a burst of long prompts grows the prefill pool through the in-cluster
+autoscaler and the new pod serves; the leader operator pod is killed and a spec edit still
+converges; ``helm upgrade`` and an engine setting change roll pods (zero failed requests);
+deleting the InferenceCluster leaves no child and no container.
+
+Tests run in file order and share one installation. Figures (pod create -> Ready, node
+memory, wall time) are printed at the end of the module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from tandem.devcluster import DevCluster
+from tandem.devcluster.probes import wait_until
+from tandem.devimages import TANDEM_IMAGE
+
+pytestmark = pytest.mark.k8s
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "tandem"
+EXAMPLE = REPO / "manifests" / "examples" / "reference-cpu.yaml"
+HELM = Path(sys.executable).parent / "helm"
+RELEASE = "tandem"
+SYSTEM_NS = "tandem-system"
+NS = "journey"
+NAME = "reference"
+REAL_NODE_NAME = "localhost"
+REPOSITORY, TAG = TANDEM_IMAGE.rsplit(":", 1)
+WAIT_S = 240.0
+Json = dict[str, Any]
+RESTRICTED = (
+    "pod-security.kubernetes.io/enforce=restricted",
+    "pod-security.kubernetes.io/enforce-version=latest",
+)
+
+FIGURES: dict[str, Any] = {}
+
+
+def eventually(check: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
+    wait_until(check, timeout_s=timeout_s, what=what)
+
+
+# ---------------------------------------------------------------------------- load
+
+
+def long_prompt(tag: str, words: int = 300) -> str:
+    """A prompt long enough to prefill remotely; ``tag`` first, so no two share a cached
+    prefix."""
+    sentence = "Disaggregated serving splits prefill and decode across two pools of workers."
+    return f"Request {tag}. " + " ".join([sentence] * (words // 11))
+
+
+@dataclass
+class SteadyLoad:
+    """``concurrency`` openai clients sending chat requests back to back (short and long
+    prompts alternating) until stopped; client retries are off, so every failure counts."""
+
+    base_url: str
+    concurrency: int = 2
+    max_tokens: int = 4
+    max_requests: int = 2000
+    ok: int = 0
+    failures: list[str] = field(default_factory=list)
+    _sent: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    def __enter__(self) -> SteadyLoad:
+        self._threads = [
+            threading.Thread(target=self._client, args=(i,), daemon=True)
+            for i in range(self.concurrency)
+        ]
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=180)
+
+    def wait_for(self, answered: int, timeout_s: float = WAIT_S) -> None:
+        """Until ``answered`` requests succeeded; the first failure ends the wait."""
+        wait_until(
+            lambda: self.ok >= answered,
+            timeout_s=timeout_s,
+            what=f"{answered} answered requests ({self.ok} so far)",
+            abort=lambda: f"a request failed: {self.failures[0]}" if self.failures else None,
+        )
+
+    def _client(self, index: int) -> None:
+        client = openai.OpenAI(
+            base_url=self.base_url, api_key="unused", max_retries=0, timeout=120.0
+        )
+        n = 0
+        while not self._stop.is_set():
+            with self._lock:
+                if self._sent >= self.max_requests:
+                    return
+                self._sent += 1
+            n += 1
+            text = long_prompt(f"{index}-{n}") if n % 2 else "Say hello."
+            try:
+                reply = client.chat.completions.create(
+                    model=NAME,
+                    messages=[{"role": "user", "content": text}],
+                    max_tokens=self.max_tokens,
+                )
+                assert reply.choices[0].finish_reason in ("stop", "length")
+            except (openai.OpenAIError, AssertionError) as exc:
+                with self._lock:
+                    self.failures.append(repr(exc)[:300])
+            else:
+                with self._lock:
+                    self.ok += 1
+
+
+# ------------------------------------------------------------------------ cluster
+
+
+@dataclass
+class Journey:
+    cluster: DevCluster
+    port_forward: Any
+    started: float = field(default_factory=time.monotonic)
+
+    def kubectl(self, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+        return self.cluster.kubectl(*args, **kw)
+
+    def get(self, *args: str) -> Json:
+        out: Json = json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+        return out
+
+    def helm(self, *args: str) -> str:
+        argv = [str(HELM), f"--kubeconfig={self.cluster.kubeconfig}", *args]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+        assert result.returncode == 0, f"helm {' '.join(args)}:\n{result.stderr}"
+        return result.stdout
+
+    def pods(self, role: str, *, ready_only: bool = False) -> list[Json]:
+        items: list[Json] = self.get(
+            "pods", "-n", NS, "-l", f"tandem.dev/cluster={NAME},tandem.dev/role={role}"
+        )["items"]
+        live = [p for p in items if not p["metadata"].get("deletionTimestamp")]
+        return [p for p in live if _ready(p)] if ready_only else live
+
+    def terminating(self, role: str) -> list[str]:
+        items: list[Json] = self.get(
+            "pods", "-n", NS, "-l", f"tandem.dev/cluster={NAME},tandem.dev/role={role}"
+        )["items"]
+        return [p["metadata"]["name"] for p in items if p["metadata"].get("deletionTimestamp")]
+
+    def pool_replicas(self, role: str) -> int:
+        return int(self.get("workerpool", f"{NAME}-{role}", "-n", NS)["spec"]["replicas"])
+
+    def ic_ready(self) -> bool:
+        ic = self.get("ic", NAME, "-n", NS)
+        status = ic.get("status") or {}
+        ready = any(
+            c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or ()
+        )
+        return ready and status.get("observedGeneration") == ic["metadata"]["generation"]
+
+    @contextlib.contextmanager
+    def frontend(self) -> Iterator[str]:
+        """``kubectl port-forward svc/reference-frontend`` -> the /v1 base URL.
+
+        A port-forward pins one pod, and ``svc/`` may pick one that is terminating after
+        a rollout (it drains: new requests get 503): like a user, wait for the rollout to
+        finish before forwarding."""
+        self.kubectl(
+            "rollout",
+            "status",
+            f"deployment/{NAME}-frontend",
+            "-n",
+            NS,
+            "--timeout=240s",
+            timeout_s=260,
+        )
+        eventually(lambda: not self.terminating("frontend"), "old frontend pods to be gone")
+        with self.port_forward(self.cluster, f"svc/{NAME}-frontend", 8000, namespace=NS) as port:
+            yield f"http://127.0.0.1:{port}/v1"
+
+    def describe(self) -> str:
+        """Pods, and the tails of the frontend's and operators' logs (for failures)."""
+        parts = [self.kubectl("get", "pods", "-A", "-o", "wide", check=False).stdout]
+        for ns, selector in ((NS, "tandem.dev/role=frontend"), (SYSTEM_NS, "")):
+            args = ["logs", "-n", ns, "--tail=40", "--prefix", "--all-containers"]
+            args += ["-l", selector or "app.kubernetes.io/name=tandem"]
+            parts.append(self.kubectl(*args, check=False).stdout)
+        return "\n".join(parts)
+
+    def metrics(self, base_url: str) -> str:
+        return httpx.get(base_url.removesuffix("/v1") + "/metrics", timeout=10).text
+
+
+def _ready(pod: Json) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def _seconds_to_ready(pod: Json) -> float:
+    created = datetime.fromisoformat(pod["metadata"]["creationTimestamp"])
+    for c in pod["status"]["conditions"]:
+        if c["type"] == "Ready":
+            return (datetime.fromisoformat(c["lastTransitionTime"]) - created).total_seconds()
+    raise AssertionError(f"pod {pod['metadata']['name']} is not Ready")
+
+
+def metric_sum(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` whose labels include ``labels``."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        head, _, value = line.rpartition(" ")
+        if all(f'{k}="{v}"' in head for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+def render_cluster_manifest() -> Json:
+    """The CPU example as a user would adapt it to a 2-core node: small CPU requests, and
+    autoscaling on in ``external`` mode so that ``kubectl scale`` is obeyed (a later step
+    hands the pools to the builtin autoscaler)."""
+    doc: Json = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"]["namespace"] = NS
+    for role in ("prefill", "decode"):
+        doc["spec"][role]["resources"]["requests"]["cpu"] = "250m"
+    doc["spec"]["autoscaling"] = {
+        "enabled": True,
+        "mode": "external",
+        "intervalSeconds": 2,
+        "prefill": {
+            # SmolLM2 prefills ~265 tokens/s here: four ~400-token prompts queued are a
+            # backlog worth a second worker, and no request waits long behind the others.
+            "targetQueuedTokensPerReplica": 512,
+            "scaleUpStabilizationSeconds": 0,
+            "scaleDownStabilizationSeconds": 600,
+            "maxStepUp": 1,
+        },
+        "decode": {"scaleDownStabilizationSeconds": 600},
+    }
+    return doc
+
+
+@pytest.fixture(scope="module")
+def journey(
+    real_node_slot: Any, port_forward: Any, request: pytest.FixtureRequest
+) -> Iterator[Journey]:
+    failed_before = request.session.testsfailed
+    cluster: DevCluster = real_node_slot.get()
+    trip = Journey(cluster, port_forward)
+    # The operator's and the cluster's namespaces enforce the "restricted" Pod Security
+    # Standard: every pod of this journey must pass it on the real API server.
+    for namespace in (SYSTEM_NS, NS):
+        trip.kubectl("create", "namespace", namespace)
+        trip.kubectl("label", "namespace", namespace, *RESTRICTED)
+    trip.helm(
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        SYSTEM_NS,
+        "--create-namespace",
+        "--set",
+        f"image.repository={REPOSITORY},image.tag={TAG},image.pullPolicy=Never",
+        "--set",
+        "dataPlane.pullPolicy=Never",
+        "--wait",
+        "--timeout=5m",
+    )
+    try:
+        yield trip
+    finally:
+        FIGURES["journey_wall_s"] = round(time.monotonic() - trip.started, 1)
+        # Kept for docs/benchmarks.md's real-node figures (pytest -q shows no print).
+        figures = REPO / "build" / "e2e" / "journey-figures.json"
+        figures.parent.mkdir(parents=True, exist_ok=True)
+        figures.write_text(json.dumps(FIGURES, indent=2, sort_keys=True) + "\n")
+        print(f"\njourney figures ({figures}): {json.dumps(FIGURES, sort_keys=True)}")
+        if request.session.testsfailed > failed_before:
+            print(trip.describe())
+        trip.kubectl("delete", "ic", "--all", "-n", NS, "--wait=true", check=False)
+        trip.helm("uninstall", RELEASE, "--namespace", SYSTEM_NS, "--wait")
+        trip.kubectl("delete", "namespace", NS, SYSTEM_NS, "--wait=true", check=False)
+
+
+# -------------------------------------------------------------------------- steps
+
+
+def test_operator_runs_in_cluster_with_a_leader(journey: Journey) -> None:
+    pods = journey.get("pods", "-n", SYSTEM_NS, "-l", "app.kubernetes.io/name=tandem")["items"]
+    assert len(pods) == 2 and all(_ready(p) for p in pods)
+    assert {p["spec"]["nodeName"] for p in pods} == {REAL_NODE_NAME}
+    lease = journey.get("lease", "tandem-operator", "-n", SYSTEM_NS)
+    holder = lease["spec"]["holderIdentity"]
+    assert any(holder.startswith(p["metadata"]["name"]) for p in pods), holder
+
+
+def test_apply_and_wait_until_ready(journey: Journey) -> None:
+    journey.kubectl("apply", "-f", "-", input=json.dumps(render_cluster_manifest()))
+    # What a user types (docs/port-forward.md, step 1).
+    journey.kubectl(
+        "wait", "--for=condition=Ready", f"ic/{NAME}", "-n", NS, "--timeout=300s", timeout_s=330
+    )
+    for role in ("frontend", "prefill", "decode"):
+        pods = journey.pods(role, ready_only=True)
+        assert len(pods) == 1, role
+        # Every data-plane pod runs for real, from our image, on the real node.
+        assert pods[0]["spec"]["nodeName"] == REAL_NODE_NAME
+        assert pods[0]["spec"]["containers"][0]["image"] == TANDEM_IMAGE
+        FIGURES[f"{role}_create_to_ready_s"] = _seconds_to_ready(pods[0])
+
+
+def test_openai_client_through_port_forward(journey: Journey) -> None:
+    with journey.frontend() as base_url:
+        client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        assert [m.id for m in client.models.list().data] == [NAME]
+        reply = client.chat.completions.create(
+            model=NAME, messages=[{"role": "user", "content": "Hello"}], max_tokens=8
+        )
+        assert reply.choices[0].message.content
+        assert reply.usage is not None and reply.usage.completion_tokens > 0
+        streamed = "".join(
+            chunk.choices[0].delta.content or ""
+            for chunk in client.chat.completions.create(
+                model=NAME,
+                messages=[{"role": "user", "content": "Count to five"}],
+                max_tokens=8,
+                stream=True,
+            )
+            if chunk.choices
+        )
+        assert streamed
+        completion = client.completions.create(model=NAME, prompt="Once upon", max_tokens=4)
+        assert completion.choices[0].text
+        # A bad request gets an OpenAI-shaped 4xx, not a stack trace.
+        with pytest.raises(openai.NotFoundError) as missing:
+            client.chat.completions.create(
+                model="no-such-model", messages=[{"role": "user", "content": "Hi"}]
+            )
+        assert missing.value.code == "model_not_found"
+        with pytest.raises(openai.BadRequestError) as bad:
+            client.chat.completions.create(
+                model=NAME, messages=[{"role": "user", "content": "Hi"}], max_tokens=-1
+            )
+        assert bad.value.status_code == 400 and isinstance(bad.value.body, dict)
+
+
+def test_metrics_show_remote_prefill_and_kv_moved_between_pods(journey: Journey) -> None:
+    with journey.frontend() as base_url:
+        client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        reply = client.chat.completions.create(
+            model=NAME,
+            messages=[{"role": "user", "content": long_prompt("metrics")}],
+            max_tokens=4,
+        )
+        assert reply.choices[0].finish_reason in ("stop", "length")
+        text = journey.metrics(base_url)
+    assert metric_sum(text, "tandem_router_prefill_decisions_total", path="remote") >= 1
+    assert metric_sum(text, "tandem_router_kv_transfer_bytes_total") > 0
+
+
+# Run inside a pod: open a TCP connection to HOST:PORT, then a TLS handshake without a
+# client certificate, and say how far it got.
+_PEER_PROBE = """
+import socket, ssl, sys
+try:
+    sock = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
+except OSError as exc:
+    print("tcp-refused", exc)
+    raise SystemExit
+context = ssl.create_default_context()
+context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+try:
+    tls = context.wrap_socket(sock, server_hostname="intruder")
+    tls.sendall(b"PRI * HTTP/2.0\\r\\n\\r\\nSM\\r\\n\\r\\n")
+    data = tls.recv(64)
+    print("tls-answered" if data else "tls-refused (closed)", data)
+except (ssl.SSLError, OSError) as exc:
+    print("tls-refused", exc)
+"""
+
+# Run inside a worker pod: the local addresses listening on PORT (from /proc/net/tcp).
+_LISTENERS = """
+import ipaddress, struct, sys
+port = int(sys.argv[1])
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for line in open(table).read().splitlines()[1:]:
+        fields = line.split()
+        ip, p = fields[1].split(":")
+        if fields[3] == "0A" and int(p, 16) == port:
+            raw = b"".join(struct.pack("<I", int(ip[i : i + 8], 16)) for i in range(0, len(ip), 8))
+            address = ipaddress.ip_address(raw)
+            print(getattr(address, "ipv4_mapped", None) or address)
+"""
+
+
+def test_only_the_clusters_own_pods_are_served(journey: Journey) -> None:
+    """A pod outside the cluster (an operator pod, in another namespace, which the
+    workers' NetworkPolicy does not admit) gets nothing from a worker: the bridge CNI of
+    this node enforces no NetworkPolicy, so it may connect, and mutual TLS refuses it.
+    Workers listen on their pod IP only; nobody on the network can drain anything."""
+    policy = journey.get("networkpolicy", f"{NAME}-workers", "-n", NS)
+    assert policy["spec"]["podSelector"]["matchLabels"] == {"tandem.dev/cluster": NAME}
+    secret = journey.get("secret", f"{NAME}-credentials", "-n", NS)
+    assert set(secret["data"]) >= {"ca.crt", "tls.crt", "tls.key"}
+    outsider = journey.get("pods", "-n", SYSTEM_NS, "-l", "app.kubernetes.io/name=tandem")["items"][
+        0
+    ]["metadata"]["name"]
+    for role in ("prefill", "decode"):
+        pod = journey.pods(role, ready_only=True)[0]
+        ip, name = pod["status"]["podIP"], pod["metadata"]["name"]
+        listening = journey.kubectl(
+            "exec", "-n", NS, name, "--", "python", "-c", _LISTENERS, "50051"
+        ).stdout.split()
+        assert listening == [ip], listening  # not 0.0.0.0
+        probe = journey.kubectl(
+            "exec", "-n", SYSTEM_NS, outsider, "--", "python", "-c", _PEER_PROBE, ip, "50051"
+        ).stdout
+        FIGURES["network_policy_enforced"] = probe.startswith("tcp-refused")
+        assert probe.startswith(("tcp-refused", "tls-refused")), probe
+    with journey.frontend() as base_url:
+        drain = httpx.post(base_url.removesuffix("/v1") + "/drain", timeout=10)
+        assert drain.status_code == 404
+        ready = httpx.get(base_url.removesuffix("/v1") + "/readyz", timeout=10)
+        assert ready.status_code == 200
+
+
+def test_scale_decode_and_delete_prefill_under_load_loses_nothing(journey: Journey) -> None:
+    with journey.frontend() as base_url, SteadyLoad(base_url) as load:
+        load.wait_for(4)
+        journey.kubectl("scale", "workerpool", f"{NAME}-decode", "-n", NS, "--replicas=2")
+        eventually(lambda: len(journey.pods("decode", ready_only=True)) == 2, "2 decode pods")
+        load.wait_for(load.ok + 6)  # the router has had time to use both
+        journey.kubectl("scale", "workerpool", f"{NAME}-decode", "-n", NS, "--replicas=1")
+        eventually(lambda: len(journey.pods("decode")) == 1, "back to 1 decode pod")
+        victim = journey.pods("prefill", ready_only=True)[0]["metadata"]["name"]
+        journey.kubectl("delete", "pod", victim, "-n", NS, "--wait=false")
+        eventually(
+            lambda: (
+                [p["metadata"]["name"] for p in journey.pods("prefill", ready_only=True)]
+                not in ([], [victim])
+            ),
+            "a replacement prefill pod",
+        )
+        load.wait_for(load.ok + 6)
+    assert load.failures == [], load.failures
+    FIGURES["scale_and_kill_requests_answered"] = load.ok
+
+
+def test_a_burst_of_long_prompts_grows_prefill_and_the_new_pod_serves(journey: Journey) -> None:
+    journey.kubectl(
+        "patch",
+        "ic",
+        NAME,
+        "-n",
+        NS,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"autoscaling": {"mode": "builtin"}}}),
+    )
+    before = {p["metadata"]["name"] for p in journey.pods("prefill")}
+    with journey.frontend() as base_url:
+        burst = SteadyLoad(base_url, concurrency=4, max_tokens=1)
+        with burst:
+            eventually(lambda: journey.pool_replicas("prefill") >= 2, "the autoscaler to grow")
+            eventually(
+                lambda: any(
+                    p["metadata"]["name"] not in before
+                    for p in journey.pods("prefill", ready_only=True)
+                ),
+                "the new prefill pod to be Ready",
+            )
+            new = next(
+                p["metadata"]["name"]
+                for p in journey.pods("prefill", ready_only=True)
+                if p["metadata"]["name"] not in before
+            )
+
+            def new_pod_served() -> bool:
+                with journey.port_forward(journey.cluster, f"pod/{new}", 9090, namespace=NS) as p:
+                    text = httpx.get(f"http://127.0.0.1:{p}/metrics", timeout=10).text
+                return metric_sum(text, "tandem_worker_requests_total", rpc="prefill") > 0
+
+            eventually(new_pod_served, f"{new} to serve a prefill")
+    assert burst.failures == [], burst.failures
+
+
+def scraped_names(text: str) -> set[str]:
+    """Names of the samples in a Prometheus text exposition."""
+    return {line.split("{")[0].split(" ")[0] for line in text.splitlines()
+            if line.startswith("tandem_")}  # fmt: skip
+
+
+def test_scraped_metric_names_are_saved_and_cover_the_dashboards_list(journey: Journey) -> None:
+    """What the real pods expose (frontend, prefill and decode workers, the leading
+    operator, after the autoscaler acted) goes to build/e2e/scraped-metric-names.json;
+    tests/data/scraped-metric-names.json, which the chart's dashboard test trusts, must
+    name nothing they no longer expose (copy the saved file over it after a change)."""
+    components: dict[str, set[str]] = {"frontend": set(), "worker": set(), "operator": set()}
+    with journey.frontend() as base_url:
+        components["frontend"] = scraped_names(journey.metrics(base_url))
+    for role in ("prefill", "decode"):
+        pod = journey.pods(role, ready_only=True)[0]["metadata"]["name"]
+        with journey.port_forward(journey.cluster, f"pod/{pod}", 9090, namespace=NS) as port:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        components["worker"] |= scraped_names(text)
+    holder = journey.get("lease", "tandem-operator", "-n", SYSTEM_NS)["spec"]["holderIdentity"]
+    pods = journey.get("pods", "-n", SYSTEM_NS, "-l", "app.kubernetes.io/name=tandem")["items"]
+    leader = next(p["metadata"]["name"] for p in pods if holder.startswith(p["metadata"]["name"]))
+    with journey.port_forward(journey.cluster, f"pod/{leader}", 8080, namespace=SYSTEM_NS) as port:
+        components["operator"] = scraped_names(
+            httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        )
+    saved = {"components": {k: sorted(v) for k, v in components.items()}}
+    out = REPO / "build" / "e2e" / "scraped-metric-names.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(saved, indent=2) + "\n")
+    committed = json.loads((REPO / "tests" / "data" / "scraped-metric-names.json").read_text())
+    for component, names in committed["components"].items():
+        gone = set(names) - components[component]
+        assert not gone, f"{component} no longer exposes {sorted(gone)}; see {out}"
+    assert "tandem_operator_pool_replicas" in components["operator"]
+    assert {"tandem_gpu_available", "tandem_gpu_healthy"} <= components["worker"]
+
+
+def test_the_standby_operator_takes_over_and_edits_still_converge(journey: Journey) -> None:
+    lease = journey.get("lease", "tandem-operator", "-n", SYSTEM_NS)
+    leader = lease["spec"]["holderIdentity"]
+    pods = journey.get("pods", "-n", SYSTEM_NS, "-l", "app.kubernetes.io/name=tandem")["items"]
+    leader_pod = next(
+        p["metadata"]["name"] for p in pods if leader.startswith(p["metadata"]["name"])
+    )
+    journey.kubectl("delete", "pod", leader_pod, "-n", SYSTEM_NS, "--wait=false")
+
+    def new_leader() -> bool:
+        holder = journey.get("lease", "tandem-operator", "-n", SYSTEM_NS)["spec"].get(
+            "holderIdentity"
+        )
+        return bool(holder) and not holder.startswith(leader_pod)
+
+    eventually(new_leader, "another operator replica to hold the Lease", timeout_s=60)
+    journey.kubectl(
+        "patch",
+        "ic",
+        NAME,
+        "-n",
+        NS,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"frontend": {"maxQueuedRequests": 128}}}),
+    )
+    eventually(journey.ic_ready, "the edit to converge under the new leader")
+    config = journey.get("configmap", f"{NAME}-config", "-n", NS)["data"]["frontend.json"]
+    assert json.loads(config)["frontend"]["maxQueuedRequests"] == 128
+
+
+def test_upgrades_roll_pods_without_failing_a_request(journey: Journey) -> None:
+    workers_before = {p["metadata"]["name"] for r in ("prefill", "decode") for p in journey.pods(r)}
+    with journey.frontend() as base_url, SteadyLoad(base_url) as load:
+        load.wait_for(2)
+        # The platform team upgrades the release (the operator pods roll; the new leader
+        # must not disturb what runs) ...
+        journey.helm(
+            "upgrade",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            SYSTEM_NS,
+            "--reuse-values",
+            "--set",
+            "operator.logLevel=debug",
+            "--wait",
+            "--timeout=5m",
+        )
+        # ... and the model owner changes an engine setting: every worker rolls.
+        journey.kubectl(
+            "patch",
+            "ic",
+            NAME,
+            "-n",
+            NS,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"engine": {"options": {"prefill_chunk": 256}}}}),
+        )
+
+        def rolled() -> bool:
+            now = [p for r in ("prefill", "decode") for p in journey.pods(r)]
+            return (
+                bool(now)
+                and not {p["metadata"]["name"] for p in now} & workers_before
+                and all(_ready(p) for p in now)
+            )
+
+        # Up to three SmolLM2 workers reload the model, ~85 s each on this 2-core node
+        # (one after another within a pool): more than the default wait.
+        eventually(rolled, "every worker pod to roll", timeout_s=2 * WAIT_S)
+        eventually(journey.ic_ready, "Ready after the roll")
+        load.wait_for(load.ok + 4)
+    assert load.failures == [], load.failures
+    FIGURES["upgrade_requests_answered"] = load.ok
+    node = journey.cluster.real_node
+    assert node is not None
+    FIGURES["node_daemons_rss_mib"] = {
+        k: round(v / 2**20) for k, v in node.daemon_rss_bytes().items()
+    }
+
+
+def test_deleting_the_cluster_leaves_no_child_and_no_container(journey: Journey) -> None:
+    journey.kubectl("delete", "ic", NAME, "-n", NS, "--wait=true", timeout_s=300)
+    kinds = ",".join(
+        (
+            "workerpools",
+            "deployments",
+            "replicasets",
+            "pods",
+            "services",
+            "configmaps",
+            "serviceaccounts",
+            "roles",
+            "rolebindings",
+            "poddisruptionbudgets",
+        )
+    )
+
+    def nothing_left() -> bool:
+        items = journey.get(kinds, "-n", NS, "-l", f"tandem.dev/cluster={NAME}")["items"]
+        return not items
+
+    eventually(nothing_left, "every child to be garbage-collected")
+    node = journey.cluster.real_node
+    assert node is not None
+
+    def no_containers() -> bool:
+        listing = subprocess.run(
+            [
+                "ctr",
+                "--address",
+                str(node.containerd_socket),
+                "-n",
+                "k8s.io",
+                "containers",
+                "ls",
+                f'labels."io.kubernetes.pod.namespace"=={NS}',
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        return len(listing.stdout.strip().splitlines()) <= 1  # the header only
+
+    eventually(no_containers, "every container of the cluster to be gone")

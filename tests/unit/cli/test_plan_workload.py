@@ -1,0 +1,57 @@
+"""``tandem plan`` with a workload: a recommendation with its numbers and a plot, an SLO
+no GPU can meet said in one line (exit 1), incomplete or unplannable input (exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from tandem.cli import plan, plan_workload
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "manifests" / "examples"
+SIMULATED = str(EXAMPLES / "simulated-gpt-oss-120b-gb200.yaml")
+
+
+def run(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    plan.register(parser.add_subparsers())
+    args = parser.parse_args(["plan", *argv])
+    code: int = args.handler(args)
+    return code
+
+
+def test_recommends_with_the_numbers_and_a_plot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    image = tmp_path / "options.png"
+    code = run("-f", SIMULATED, "--isl", "1024", "--osl", "32", "--rate", "4",
+               "--ttft-p90", "0.5", "--itl-p90-ms", "5", "--requests", "40",
+               "--plot", str(image))  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "SLO TTFT p90 <= 0.5 s, ITL p90 <= 5 ms" in out
+    assert "recommended: " in out and "tokens/s/GPU" in out and "TTFT p50/p90/p99" in out
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_slo_no_gpu_can_meet(capsys: pytest.CaptureFixture[str]) -> None:
+    code = run("-f", SIMULATED, "--isl", "1024", "--osl", "256", "--rate", "1",
+               "--ttft-p90", "1", "--itl-p90-ms", "1")  # fmt: skip
+    assert code == plan_workload.EXIT_CANNOT
+    assert "CANNOT MEET THE SLO: no deployment can: one sequence alone decodes at" in (
+        capsys.readouterr().out
+    )
+
+
+def test_incomplete_or_unplannable_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run("-f", SIMULATED, "--isl", "1024", "--rate", "1") == plan_workload.EXIT_INVALID
+    assert "needs --osl, --ttft-p90, --itl-p90-ms too" in capsys.readouterr().err
+    cpu = str(EXAMPLES / "reference-cpu.yaml")
+    code = run("-f", cpu, "--isl", "1", "--osl", "1", "--rate", "1", "--ttft-p90", "1",
+               "--itl-p90-ms", "9")  # fmt: skip
+    assert code == plan_workload.EXIT_INVALID
+    assert "spec.accelerator.profile: plans are for GPU profiles" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run("-f", SIMULATED, "--rate", "-1")

@@ -1,0 +1,47 @@
+"""The mirror of an engine's cached blocks that snapshots are made from."""
+
+from __future__ import annotations
+
+from tandem.kv.block_hashes import BlockName
+from tandem.kv.events import AllCleared, BlocksRemoved, BlocksStored, KvCacheState, count_blocks
+
+
+def b(n: int) -> BlockName:
+    return BlockName(n, 1000 + n)
+
+
+def flatten(stored: list[BlocksStored]) -> list[tuple[int | None, int]]:
+    return [(s.parent_hash, blk.block_hash) for s in stored for blk in s.blocks]
+
+
+def test_snapshot_lists_parents_before_children() -> None:
+    state = KvCacheState()
+    state.apply(BlocksStored(None, (b(1), b(2), b(3))))
+    state.apply(BlocksStored(2, (b(4),)))  # a branch after block 2
+    state.apply(BlocksStored(None, (b(9),)))
+    order = flatten(state.snapshot())
+    assert sorted(order, key=lambda x: x[1]) == [(None, 1), (1, 2), (2, 3), (2, 4), (None, 9)]
+    seen: set[int] = set()
+    for parent, block in order:
+        assert parent is None or parent in seen
+        seen.add(block)
+
+
+def test_removed_parents_hide_their_descendants_and_come_back_with_them() -> None:
+    state = KvCacheState()
+    state.apply(BlocksStored(None, (b(1), b(2), b(3))))
+    state.apply(BlocksRemoved((1,)))
+    assert flatten(state.snapshot()) == []  # 2 and 3 can no longer be matched
+    assert len(state) == 2
+    state.apply(BlocksStored(None, (b(1),)))  # recomputed later: the chain is whole again
+    assert sorted(blk for _, blk in flatten(state.snapshot())) == [1, 2, 3]
+
+
+def test_cleared_forgets_everything() -> None:
+    state = KvCacheState()
+    events = [BlocksStored(None, (b(1), b(2))), BlocksRemoved((2,))]
+    for event in events:
+        state.apply(event)
+    assert count_blocks(events) == 3
+    state.apply(AllCleared())
+    assert len(state) == 0 and state.snapshot() == []

@@ -1,0 +1,50 @@
+"""The workers' NetworkPolicy (pure: tandem_operator.network_policy)."""
+
+from __future__ import annotations
+
+import kubernetes_validate  # type: ignore[import-untyped]
+
+from tandem_operator.network_policy import render_worker_network_policy
+from tandem_operator.pods import RenderSettings
+from tandem_operator.render import render_cluster_children
+
+from .test_render import load
+
+META = {"name": "reference-workers", "namespace": "serving"}
+PROMETHEUS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+
+
+def test_workers_accept_only_their_own_clusters_frontend_and_workers() -> None:
+    policy = render_worker_network_policy(META, "reference")
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"]
+    assert spec["podSelector"]["matchLabels"] == {"tandem.dev/cluster": "reference"}
+    assert spec["podSelector"]["matchExpressions"][0]["values"] == ["prefill", "decode"]
+    (rule,) = spec["ingress"]
+    (peer,) = rule["from"]
+    # Same namespace (no namespaceSelector), same cluster, frontend or worker: all ports,
+    # since UCX picks its ports at run time.
+    assert set(peer) == {"podSelector"}
+    assert peer["podSelector"]["matchLabels"] == {"tandem.dev/cluster": "reference"}
+    assert peer["podSelector"]["matchExpressions"][0]["values"] == ["frontend", "prefill", "decode"]
+    assert "ports" not in rule
+    kubernetes_validate.validate(policy, "1.36", strict=True)
+
+
+def test_metrics_scrapers_get_the_side_port_only_and_only_when_named() -> None:
+    policy = render_worker_network_policy(META, "reference", [PROMETHEUS])
+    _, scrape = policy["spec"]["ingress"]
+    assert scrape == {"from": [PROMETHEUS], "ports": [{"protocol": "TCP", "port": 9090}]}
+    # Never a rule with an empty "from": that would admit every source.
+    for metrics_from in ((), []):
+        rules = render_worker_network_policy(META, "reference", metrics_from)["spec"]["ingress"]
+        assert all(rule.get("from") for rule in rules)
+
+
+def test_the_operator_setting_reaches_the_rendered_policy() -> None:
+    settings = RenderSettings(worker_metrics_from=(PROMETHEUS,))
+    children = render_cluster_children(
+        load("reference-cpu.yaml"), settings, include_pool_replicas=True
+    )
+    (policy,) = [c for c in children if c["kind"] == "NetworkPolicy"]
+    assert policy["spec"]["ingress"][1]["from"] == [PROMETHEUS]

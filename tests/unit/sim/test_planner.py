@@ -1,0 +1,89 @@
+"""The planner: candidates and arrivals (pure), answers that need no simulation (an SLO
+no GPU can meet, limits too small for the load), one small search checked for
+consistency, and the spec it plans from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tandem.api.validate import load_inference_cluster
+from tandem.perf.ideal import IdealPoint
+from tandem.sim.metrics import Slo
+from tandem.sim.planner import (
+    Candidate,
+    Limits,
+    Setup,
+    Workload,
+    _candidates,
+    generate_arrivals,
+    recommend,
+)
+from tandem.sim.spec_setup import PlanSpecError, compute_setup
+
+EXAMPLES = Path(__file__).parents[3] / "manifests" / "examples"
+OPTIONS = {"model": "gpt-oss-120b", "accelerator": "gb200", "kv_cache_dtype": "fp8"}
+SETUP = Setup(OPTIONS, OPTIONS, 2048)
+
+
+def test_arrivals_are_seeded_poisson_at_the_rate() -> None:
+    workload = Workload(1024, 64, 4.0, Slo(1, 0.01))
+    a = generate_arrivals(workload, 2000, seed=3)
+    assert a == generate_arrivals(workload, 2000, seed=3) != generate_arrivals(workload, 2000, 4)
+    assert all(r.prompt_tokens == 1024 and r.output_tokens == 64 for r in a)
+    assert a[-1].arrival / len(a) == pytest.approx(1 / 4.0, rel=0.1)
+
+
+def test_candidates_at_a_gpu_count() -> None:
+    limits = Limits(max_prefill=3, max_decode=4, prefill_tp=1, decode_tp=2)
+    ideal = IdealPoint(8, 0.005, 0.5, 1000.0)  # half a prefill worker per decode worker
+    # 6 GPUs: aggregated 3 x TP2; splits 2P + 2D(TP2) (ratio 1.0), 4P is over the limit,
+    # odd prefill counts leave an odd number of GPUs for TP2 decode workers.
+    assert _candidates(6, limits, 0.0, ideal) == [
+        Candidate(0, 3, 1, 2),
+        Candidate(2, 2, 1, 2),
+    ]
+    # 7 GPUs: no aggregated deployment (odd), 1P + 3D (ratio 0.33), 3P + 2D (1.5):
+    # the closer to 0.5 first.
+    assert _candidates(7, limits, 0.0, ideal) == [Candidate(1, 3, 1, 2), Candidate(3, 2, 1, 2)]
+    # A prefill pool that would be busier than 100% is not worth trying.
+    assert _candidates(7, limits, 2.5, ideal) == [Candidate(3, 2, 1, 2)]
+
+
+def test_an_itl_no_gpu_reaches_is_refused_without_simulating() -> None:
+    result = recommend(Workload(1024, 64, 1.0, Slo(1.0, 0.001)), SETUP, Limits(4, 4, 1, 1))
+    assert result.chosen is None and not result.evaluated
+    assert result.reason is not None
+    assert "one sequence alone decodes at 2.2 ms/token" in result.reason
+
+
+def test_limits_too_small_for_the_load_are_named() -> None:
+    # 20 requests/s of 1024 answer tokens need far more than two GB200s at 6 ms ITL.
+    result = recommend(Workload(1024, 1024, 20.0, Slo(1.0, 0.006)), SETUP, Limits(1, 1, 1, 1))
+    assert result.chosen is None
+    assert result.reason is not None and "1 prefill and 1 decode workers" in result.reason
+
+
+def test_the_choice_has_the_fewest_gpus_that_meet_the_slo() -> None:
+    workload = Workload(1024, 32, 8.0, Slo(0.2, 0.004))
+    result = recommend(workload, SETUP, Limits(2, 3, 1, 1), requests=60)
+    assert result.chosen is not None and result.chosen.meets
+    fewer = [e for e in result.evaluated if e.candidate.gpus < result.chosen.candidate.gpus]
+    assert all(not e.meets for e in fewer)
+    assert result.chosen.tokens_per_second_per_gpu == pytest.approx(
+        8.0 * 32 / result.chosen.candidate.gpus
+    )
+
+
+def test_setups_from_specs() -> None:
+    trtllm = load_inference_cluster(EXAMPLES / "gpt-oss-120b-gb200.yaml").spec
+    setup, limits = compute_setup(trtllm)
+    assert (limits.prefill_tp, limits.decode_tp) == (1, 4)
+    assert (limits.max_prefill, limits.max_decode) == (16, 8)
+    assert setup.decode_options["kv_cache_dtype"] == "fp8"
+    assert setup.decode_options["tensor_parallel_size"] == 4
+    assert setup.decode_options["accelerator"] == "gb200"
+    assert setup.min_prefill_tokens == 1024
+    with pytest.raises(PlanSpecError, match=r"accelerator\.profile"):
+        compute_setup(load_inference_cluster(EXAMPLES / "reference-cpu.yaml").spec)
