@@ -39,7 +39,7 @@ lint: $(STAMP)
 # After an API change: regenerate the CRDs and the CRD reference doc (tests check both).
 crds: $(STAMP)
 	$(BIN)/tandem crds --write
-	$(BIN)/python -m tandem_operator.reference --write docs/crd-reference.md
+	$(BIN)/python -m tandem_operator.tools.crd_reference --write docs/crd-reference.md
 
 check-crds: $(STAMP)
 	$(BIN)/tandem crds --check

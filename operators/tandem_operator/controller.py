@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,16 +19,7 @@ import pydantic
 from tandem.api.v1alpha1 import InferenceCluster, PoolRole, WorkerPoolStatus
 from tandem.security.pki import Issued, issue
 from tandem_operator import metrics, names, reasons
-from tandem_operator.capacity_gate import check_rollout
-from tandem_operator.credentials import (
-    DEFAULT_PROPAGATION,
-    parse_credentials_secret,
-    plan_credentials,
-    requested_rotation,
-)
-from tandem_operator.diff import contains, first_difference, needs_apply, owns_field
-from tandem_operator.informer import Key, Store
-from tandem_operator.k8s import (
+from tandem_operator.kube.client import (
     BY_KIND,
     COMPUTE_DOMAINS,
     EVENTS,
@@ -39,22 +29,9 @@ from tandem_operator.k8s import (
     KubeClient,
     NotFound,
 )
-from tandem_operator.observe import (
-    Failure,
-    Observed,
-    PodObservation,
-    PoolObservation,
-    observe_pod,
-    observe_workload,
-)
-from tandem_operator.placement import (
-    NVLINK_DOMAIN_LABEL,
-    NvlinkPlacement,
-    compute_nvlink_placement,
-)
-from tandem_operator.pods import RenderSettings
-from tandem_operator.profiles import get_profile
-from tandem_operator.render import (
+from tandem_operator.kube.diff import contains, first_difference, needs_apply, owns_field
+from tandem_operator.kube.informer import Caches, Key, Store
+from tandem_operator.render.children import (
     PoolHandle,
     render_cluster_children,
     render_credentials,
@@ -62,7 +39,31 @@ from tandem_operator.render import (
     render_worker_pool,
     uses_leader_worker_set,
 )
-from tandem_operator.status import EventRecord, StatusResult, compute_status, status_to_wire
+from tandem_operator.render.credentials import (
+    DEFAULT_PROPAGATION,
+    parse_credentials_secret,
+    plan_credentials,
+    requested_rotation,
+)
+from tandem_operator.render.placement import (
+    NVLINK_DOMAIN_LABEL,
+    NvlinkPlacement,
+    compute_nvlink_placement,
+)
+from tandem_operator.render.pods import RenderSettings
+from tandem_operator.render.profiles import get_profile
+from tandem_operator.status.capacity_gate import check_rollout
+from tandem_operator.status.compute import EventRecord, StatusResult, compute_status, status_to_wire
+from tandem_operator.status.observe import (
+    Failure,
+    InvalidObject,
+    Observed,
+    PodObservation,
+    PoolObservation,
+    observe_pod,
+    observe_workload,
+    parse_cluster,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -82,34 +83,12 @@ REQUEUE_MISSING_API_SECONDS = 30.0
 REQUEUE_APPLY_FAILED_SECONDS = 60.0
 
 
-class InvalidObject(Exception):
-    """The stored object does not parse as our API (e.g. written around the schema)."""
-
-
 class KindNotServed(Exception):
     """Applying a kind the API server does not serve (its CRD is not installed)."""
 
     def __init__(self, kind: str, cause: NotFound) -> None:
         super().__init__(f"{kind} is not served by the API server: {cause.message}")
         self.kind = kind
-
-
-@dataclass
-class Caches:
-    """The informers' stores, by kind."""
-
-    stores: dict[str, Store]
-
-    def of(self, kind: str) -> Store:
-        return self.stores[kind]
-
-
-def parse_cluster(obj: Manifest) -> InferenceCluster:
-    doc = {k: obj[k] for k in ("apiVersion", "kind", "metadata", "spec", "status") if k in obj}
-    try:
-        return InferenceCluster.model_validate(doc)
-    except pydantic.ValidationError as exc:
-        raise InvalidObject(str(exc)) from None
 
 
 def _rfc3339(moment: datetime) -> str:

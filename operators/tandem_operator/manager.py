@@ -19,20 +19,21 @@ from typing import Any
 import aiohttp
 
 from tandem.portcheck import bind_error
-from tandem_operator import k8s, metrics, names
-from tandem_operator.autoscaler import Autoscaler
-from tandem_operator.controller import Caches, Reconciler
-from tandem_operator.credentials import DEFAULT_PROPAGATION, requested_rotation
-from tandem_operator.health import HealthState, start_server
-from tandem_operator.informer import Informer, Key, key_of
-from tandem_operator.k8s import ApiError, KubeClient
-from tandem_operator.leader import LeaderElector
-from tandem_operator.metrics_source import MetricsSource
-from tandem_operator.observe import observe_pod
-from tandem_operator.placement import NVLINK_DOMAIN_LABEL
-from tandem_operator.pods import RenderSettings
+from tandem_operator import metrics, names
+from tandem_operator.controller import Reconciler
+from tandem_operator.kube import client as k8s
+from tandem_operator.kube.client import ApiError, KubeClient
+from tandem_operator.kube.health import HealthState, start_server
+from tandem_operator.kube.informer import Caches, Informer, Key, key_of
+from tandem_operator.kube.leader import LeaderElector
+from tandem_operator.kube.workqueue import WorkQueue
 from tandem_operator.problems import RecurringProblem
-from tandem_operator.workqueue import WorkQueue
+from tandem_operator.render.credentials import DEFAULT_PROPAGATION, requested_rotation
+from tandem_operator.render.placement import NVLINK_DOMAIN_LABEL
+from tandem_operator.render.pods import RenderSettings
+from tandem_operator.scaling.autoscaler import Autoscaler
+from tandem_operator.scaling.metrics_source import MetricsSource
+from tandem_operator.status.observe import observe_pod
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,11 @@ import yaml
 
 from tandem.devcluster import DevCluster
 from tandem.devcluster.probes import wait_until
-from tandem_operator.harness import OperatorProcess, render_model_claim, write_token_kubeconfig
+from tandem_operator.tools.harness import (
+    OperatorProcess,
+    render_model_claim,
+    write_token_kubeconfig,
+)
 
 pytestmark = pytest.mark.k8s
 

@@ -33,9 +33,13 @@ from tandem.security import CredentialBundle
 from tandem.security.credentials import check_bundle
 from tandem.security.pki import split_pem
 from tandem_operator import names
-from tandem_operator.harness import OperatorProcess, write_token_kubeconfig
-from tandem_operator.pods import RenderSettings
-from tandem_operator.render import PoolHandle, render_cluster_children, render_pool_children
+from tandem_operator.render.children import (
+    PoolHandle,
+    render_cluster_children,
+    render_pool_children,
+)
+from tandem_operator.render.pods import RenderSettings
+from tandem_operator.tools.harness import OperatorProcess, write_token_kubeconfig
 
 pytestmark = pytest.mark.k8s
 

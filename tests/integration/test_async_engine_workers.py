@@ -2,7 +2,7 @@
 
 A prefill and a decode worker run the trtllm engine against the fake ``tensorrt_llm``
 (tests/fakes, mirroring 1.2.1), configured exactly as the operator configures them: the
-worker documents rendered by ``tandem_operator.contract`` for the GB200 example (the
+worker documents rendered by ``tandem_operator.render.contract`` for the GB200 example (the
 pool's TensorRT-LLM options included). The fake's cache transceiver parks KV in a shared
 directory, so KV crosses the process boundary as with two real TensorRT-LLM instances.
 Disaggregated output must equal aggregated output token for token.
@@ -22,7 +22,7 @@ from tandem.api.validate import load_inference_cluster
 from tandem.engines.base import SamplingParams
 from tandem.worker.client import WorkerClient
 from tandem.worker.types import PrefillReply
-from tandem_operator.contract import dump_config, render_worker_config
+from tandem_operator.render.contract import dump_config, render_worker_config
 
 pytestmark = pytest.mark.integration
 

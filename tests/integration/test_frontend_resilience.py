@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 EXAMPLE = Path(__file__).parents[2] / "manifests" / "examples" / "reference-cpu.yaml"
 # The byte tokenizer: prompt sizes here are counted in bytes (see random-model.yaml).
 RANDOM_MODEL = Path(__file__).with_name("random-model.yaml")
-NULL_WORKER = "tandem.router.null_worker"
+NULL_WORKER = "tandem.bench.doubles.null_worker"
 
 
 def start(tmp_path: Path, name: str, spec_updates: dict[str, Any], token_delay: float) -> str:

@@ -45,7 +45,11 @@ def _rendered_containers(example: str, settings: Any) -> list[dict[str, Any]]:
     from tandem.api.v1alpha1 import PoolRole
     from tandem.api.validate import load_inference_cluster
     from tandem_operator import names
-    from tandem_operator.render import PoolHandle, render_cluster_children, render_pool_children
+    from tandem_operator.render.children import (
+        PoolHandle,
+        render_cluster_children,
+        render_pool_children,
+    )
 
     cr = load_inference_cluster(EXAMPLES / example)
     objects = render_cluster_children(cr, settings, include_pool_replicas=True)

@@ -112,12 +112,6 @@ class PoolFigures:
     peak_needed: int
 
     @property
-    def max_reaction(self) -> int | None:
-        if any(r is None for r in self.reactions):
-            return None
-        return max((r for r in self.reactions if r is not None), default=0)
-
-    @property
     def gpu_ratio(self) -> float:
         return self.gpu_seconds / self.oracle_gpu_seconds if self.oracle_gpu_seconds else 1.0
 

@@ -140,7 +140,7 @@ SECTIONS = (
     Section(
         "operator",
         "Operator: apply to Ready, memory",
-        "tandem_operator.bench",
+        "tandem_operator.tools.bench",
         "InferenceClusters applied to the real test control plane (kwok nodes); the same "
         "pods as plain Deployments without the operator are the baseline.",
         900,

@@ -1,6 +1,6 @@
 """``python -m tandem.bench --only faults``: the data-plane fault suite (tandem.faults)
 with its counts per fault, then the control-plane faults on the local test control plane
-(tandem_operator.fault_scenarios). Needs root (network namespaces, a bridge, iptables,
+(tandem_operator.tools.fault_scenarios). Needs root (network namespaces, a bridge, iptables,
 tc) and the control-plane binaries (tests/cluster/build.sh)."""
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from tandem.devcluster.probes import wait_until
 from tandem.faults import scenarios
 from tandem.faults.bed import fault_bed
 from tandem.faults.report import render_table
-from tandem_operator.fault_scenarios import (
+from tandem_operator.tools.fault_scenarios import (
     ControlFaultResult,
     apiserver_restart_during_reconcile,
     gpu_node_not_ready,
     leader_killed_during_scale_down,
     render_control_table,
 )
-from tandem_operator.harness import OperatorProcess
+from tandem_operator.tools.harness import OperatorProcess
 
 CRDS = Path(__file__).resolve().parents[3] / "manifests" / "crds"
 

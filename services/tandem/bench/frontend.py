@@ -91,8 +91,8 @@ async def serve_frontend(
     """The benchmarked frontend over null workers; prints ``READY <port>``."""
     from prometheus_client import CollectorRegistry
 
+    from tandem.bench.doubles.inprocess import InProcessCluster, InProcessWorker, KvLedger
     from tandem.frontend.server import build_frontend, serve
-    from tandem.router.inprocess import InProcessCluster, InProcessWorker, KvLedger
     from tandem.router.membership import Member, StaticMembership
     from tandem.router.policy import WorkerRole
     from tandem.router.ports import WorkerClientFactory
@@ -174,7 +174,7 @@ def _start_null_workers(case: Case) -> list[subprocess.Popen[bytes]]:
     roles = ["prefill"] * case.prefill_workers + ["decode"]
     return [
         subprocess.Popen(
-            [sys.executable, "-m", "tandem.router.null_worker", "--role", role],
+            [sys.executable, "-m", "tandem.bench.doubles.null_worker", "--role", role],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )

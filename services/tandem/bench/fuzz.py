@@ -18,7 +18,7 @@ def main() -> int:
     doc = fault_cluster("fuzz").to_wire()
     with (
         tempfile.TemporaryDirectory(prefix="tandem-fuzz-") as tmp,
-        running_cluster(doc, Path(tmp), worker_module="tandem.router.null_worker") as state,
+        running_cluster(doc, Path(tmp), worker_module="tandem.bench.doubles.null_worker") as state,
     ):
         report = fuzz_frontend(state.endpoint.removesuffix("/v1"), "reference", EXAMPLES)
     fives = sum(n for code, n in report.statuses.items() if code >= 500)

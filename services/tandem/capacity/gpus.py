@@ -35,10 +35,6 @@ class GpuSpec:
     gpus_per_node: int
     source: str
 
-    @property
-    def memory_gb(self) -> float:
-        return self.memory_bytes / GB
-
 
 GPUS: Mapping[AcceleratorProfile, GpuSpec] = {
     AcceleratorProfile.GB200: GpuSpec(

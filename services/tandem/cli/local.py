@@ -112,7 +112,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("-f", "--filename", required=True, help="the InferenceCluster file")
     p.add_argument("--port", type=int, help="frontend port (default spec.frontend.port; 0=any)")
     p.add_argument("--detach", action="store_true", help="return once ready; stop with down")
-    # Another worker program speaking the same gRPC API (tests: tandem.router.null_worker).
+    # Another worker program speaking the same gRPC API (tests: tandem.bench.doubles.null_worker).
     p.add_argument("--worker-module", default=WORKER_MODULE, help=argparse.SUPPRESS)
     p.set_defaults(handler=cmd_up)
 

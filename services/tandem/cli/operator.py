@@ -59,9 +59,9 @@ def parse_peers(text: str) -> tuple[dict[str, Any], ...]:
 
 def render_settings(args: argparse.Namespace) -> Any:
     """The operator's RenderSettings from its flags (images, pull policy, hardware)."""
-    pods: Any = importlib.import_module("tandem_operator.pods")
-    profiles: Any = importlib.import_module("tandem_operator.profiles")
-    fabric: Any = importlib.import_module("tandem_operator.fabric")
+    pods: Any = importlib.import_module("tandem_operator.render.pods")
+    profiles: Any = importlib.import_module("tandem_operator.render.profiles")
+    fabric: Any = importlib.import_module("tandem_operator.render.fabric")
     return pods.RenderSettings(
         image=args.image,
         trtllm_image=args.trtllm_image,
@@ -80,8 +80,8 @@ def render_settings(args: argparse.Namespace) -> Any:
 
 def cmd_operator_run(args: argparse.Namespace) -> int:
     manager: Any = importlib.import_module("tandem_operator.manager")
-    k8s: Any = importlib.import_module("tandem_operator.k8s")
-    metrics_source: Any = importlib.import_module("tandem_operator.metrics_source")
+    k8s: Any = importlib.import_module("tandem_operator.kube.client")
+    metrics_source: Any = importlib.import_module("tandem_operator.scaling.metrics_source")
     logging.getLogger().setLevel(getattr(logging, args.log_level.upper()))
     try:
         settings = render_settings(args)

@@ -9,5 +9,5 @@
 - ``local``: a cluster started as ``tandem up --detach`` does; ``soak``: twice capacity for
   a long time with every process sampled; ``fuzz``: generated HTTP requests.
 
-The control-plane faults are ``tandem_operator.fault_scenarios``.
+The control-plane faults are ``tandem_operator.tools.fault_scenarios``.
 """

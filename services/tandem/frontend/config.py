@@ -1,6 +1,6 @@
 """The frontend's configuration document (``--config FILE``, JSON or YAML).
 
-It is the operator/frontend contract document (``tandem_operator.contract.
+It is the operator/frontend contract document (``tandem_operator.render.contract.
 render_frontend_config``: camelCase, ``contractVersion: 1``), which the local runtime
 also writes through :func:`render_frontend_config`. Optional sections the operator does
 not emit (``engineKind``, ``router``, ``maxBodyBytes``) tune the router; their defaults

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from tandem.engines.base import KvRange
 
@@ -44,12 +43,6 @@ ERROR_LEN_BYTES = _ERROR_LEN.size
 
 class WireError(ValueError):
     """Bytes that do not follow the framing above."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReadRequest:
-    incarnation: str
-    ranges: tuple[KvRange, ...]
 
 
 def encode_request(incarnation: str, ranges: Sequence[KvRange]) -> bytes:

@@ -4,7 +4,7 @@ Every InferenceCluster (and every ``tandem up`` cluster) gets its own CA. The CA
 single member certificate + key that all of the cluster's frontends and workers present
 and accept (mutual TLS): holding it *is* membership. The CA's private key signs that one
 certificate and is then thrown away, so no file anywhere can mint another member; a
-rotation makes a new CA and a new member certificate (``tandem_operator.credentials``).
+rotation makes a new CA and a new member certificate (``tandem_operator.render.credentials``).
 
 Keys are ECDSA P-256 (fast to make, supported by gRPC's BoringSSL and by OpenSSL). The
 member certificate names ``server_name(cluster)`` as its DNS SAN: peers dial pod IPs and

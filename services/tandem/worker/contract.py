@@ -1,6 +1,6 @@
 """Reading the operator's worker document (``--config /etc/tandem/<role>.json``).
 
-Rendered by ``tandem_operator.contract.render_worker_config``; only the fields a worker
+Rendered by ``tandem_operator.render.contract.render_worker_config``; only the fields a worker
 needs are read, and command-line flags win over them. Pure: a dict in, settings out.
 """
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
+from tandem.bench.doubles.inprocess import InProcessCluster, InProcessWorker, KvLedger
 from tandem.bench.router_memory import RecordingClient, RouterMemoryIndex
 from tandem.engines.base import SamplingParams
-from tandem.router.inprocess import InProcessCluster, InProcessWorker, KvLedger
 from tandem.router.membership import Member, StaticMembership
 from tandem.router.messages import GenerationRequest, RouterConfig
 from tandem.router.metrics import RouterMetrics

@@ -112,5 +112,5 @@ def test_the_tandem_image_copies_the_packages_and_their_pins() -> None:
     assert "pyproject.toml" in files
     assert "images/no-deps-requirements.txt" in files
     assert "services/tandem/worker/__main__.py" in files
-    assert "operators/tandem_operator/pods.py" in files
+    assert "operators/tandem_operator/render/pods.py" in files
     assert not any("__pycache__" in f or f.startswith("tests/") for f in files)

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
 from tandem.api.v1alpha1 import ModelSpec
+from tandem.bench.doubles.inprocess import InProcessCluster, InProcessWorker, KvLedger
 from tandem.frontend.config import (
     DisaggregationSettings,
     FrontendConfig,
@@ -19,7 +20,6 @@ from tandem.frontend.config import (
     RouterTuning,
 )
 from tandem.frontend.server import build_frontend
-from tandem.router.inprocess import InProcessCluster, InProcessWorker, KvLedger
 from tandem.router.membership import Member, StaticMembership
 from tandem.router.policy import WorkerRole
 from tandem.router.service import Router

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tandem.bench.doubles.inprocess import fake_token
 from tandem.frontend.app import create_frontend_admin_app
-from tandem.router.inprocess import fake_token
 from tandem.router.policy import WorkerRole
 from tandem.tokenization import ByteTokenizer, ChatMessage
 

@@ -15,12 +15,11 @@ from tandem.api.v1alpha1 import InferenceCluster, InferenceClusterStatus, PoolRo
 from tandem.autoscale import LoadSample, WorkerLoad
 from tandem.autoscale.exposition import RouterReading
 from tandem_operator import names, reasons
-from tandem_operator.autoscaler import Autoscaler
-from tandem_operator.controller import Caches
-from tandem_operator.informer import Key, Store
-from tandem_operator.metrics_source import FrontendScrape, ScrapeError
-from tandem_operator.scaling import AUTOSCALER_FIELD_MANAGER, VICTIM_DELETION_COST
-from tandem_operator.status import StatusResult
+from tandem_operator.kube.informer import Caches, Key, Store
+from tandem_operator.scaling.autoscaler import Autoscaler
+from tandem_operator.scaling.decisions import AUTOSCALER_FIELD_MANAGER, VICTIM_DELETION_COST
+from tandem_operator.scaling.metrics_source import FrontendScrape, ScrapeError
+from tandem_operator.status.compute import StatusResult
 
 Json = dict[str, Any]
 WALL = datetime(2026, 1, 1, tzinfo=UTC)
@@ -158,7 +157,7 @@ class Harness:
         self.stores[kind].upsert(obj)
 
     def cluster(self, name: str = "c") -> InferenceCluster:
-        from tandem_operator.controller import parse_cluster
+        from tandem_operator.status.observe import parse_cluster
 
         obj = self.stores["InferenceCluster"].get("ns", name)
         assert obj is not None
@@ -260,7 +259,7 @@ def _settle(harness: Harness, result: StatusResult) -> None:
 async def test_no_metrics_source_is_said_once_and_put_in_status(
     harness: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="tandem_operator.autoscaler")
+    caplog.set_level(logging.DEBUG, logger="tandem_operator.scaling.autoscaler")
     harness.source.scrape_result = ScrapeError("run it with --frontend-metrics-url ...",
                                                reason=reasons.NO_METRICS_SOURCE)  # fmt: skip
     for _ in range(5):

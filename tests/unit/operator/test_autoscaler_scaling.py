@@ -19,12 +19,7 @@ from tandem.autoscale import (
     WorkerLoad,
 )
 from tandem_operator import names, reasons
-from tandem_operator.metrics_source import (
-    compute_frontend_targets,
-    no_source_message,
-    parse_url_overrides,
-)
-from tandem_operator.scaling import (
+from tandem_operator.scaling.decisions import (
     AUTOSCALER_FIELD_MANAGER,
     VICTIM_DELETION_COST,
     autoscaler_runs,
@@ -41,6 +36,11 @@ from tandem_operator.scaling import (
     render_pool_scaling_status,
     render_scale_message,
     render_scale_patch,
+)
+from tandem_operator.scaling.metrics_source import (
+    compute_frontend_targets,
+    no_source_message,
+    parse_url_overrides,
 )
 
 Json = dict[str, Any]

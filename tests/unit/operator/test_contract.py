@@ -10,7 +10,7 @@ import pytest
 
 from tandem.api.v1alpha1 import PoolRole
 from tandem.api.validate import load_inference_cluster
-from tandem_operator.contract import (
+from tandem_operator.render.contract import (
     frontend_command,
     merge_options,
     render_frontend_config,

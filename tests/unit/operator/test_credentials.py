@@ -1,4 +1,4 @@
-"""The cluster's credentials Secret and its rotation (pure: tandem_operator.credentials)."""
+"""The cluster's credentials Secret and its rotation (pure: tandem_operator.render.credentials)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from tandem.security import CredentialBundle
 from tandem.security.credentials import CredentialsError, check_bundle
 from tandem.security.pki import Issued, issue, split_pem
 from tandem_operator import names
-from tandem_operator.credentials import (
+from tandem_operator.render.children import render_credentials
+from tandem_operator.render.credentials import (
     MOUNTED_KEYS,
     CredentialState,
     Phase,
@@ -21,7 +22,6 @@ from tandem_operator.credentials import (
     plan_credentials,
     render_credentials_volume,
 )
-from tandem_operator.render import render_credentials
 
 from .test_render import load
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tandem_operator.diff import contains, first_difference, needs_apply, owns_field
+from tandem_operator.kube.diff import contains, first_difference, needs_apply, owns_field
 
 
 @pytest.mark.parametrize(

@@ -17,12 +17,16 @@ from tandem.api.v1alpha1 import AcceleratorProfile, InferenceCluster, PoolRole
 from tandem.api.validate import load_inference_cluster, parse_object
 from tandem.engines.trtllm import TrtllmEngineOptions, render_trtllm_config
 from tandem_operator import names
-from tandem_operator.model_source import ModelSourceError, render_model_mount
-from tandem_operator.multinode import SSH_PORT, mpi_ssh_secret_name
-from tandem_operator.placement import channel_template_name, compute_domain_name
-from tandem_operator.pods import RenderSettings
-from tandem_operator.profiles import HardwareOptions
-from tandem_operator.render import PoolHandle, render_cluster_children, render_pool_children
+from tandem_operator.render.children import (
+    PoolHandle,
+    render_cluster_children,
+    render_pool_children,
+)
+from tandem_operator.render.model_source import ModelSourceError, render_model_mount
+from tandem_operator.render.multinode import SSH_PORT, mpi_ssh_secret_name
+from tandem_operator.render.placement import channel_template_name, compute_domain_name
+from tandem_operator.render.pods import RenderSettings
+from tandem_operator.render.profiles import HardwareOptions
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "manifests" / "examples"

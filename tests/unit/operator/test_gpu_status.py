@@ -12,8 +12,10 @@ from tandem.api.v1alpha1 import InferenceCluster, InferenceClusterStatus, PoolRo
 from tandem.api.validate import load_inference_cluster, parse_object
 from tandem.capacity.plan import plan_cluster
 from tandem_operator import reasons
-from tandem_operator.capacity_gate import check_rollout
-from tandem_operator.observe import (
+from tandem_operator.render.placement import compute_nvlink_placement
+from tandem_operator.status.capacity_gate import check_rollout
+from tandem_operator.status.compute import compute_status
+from tandem_operator.status.observe import (
     Failure,
     Observed,
     PodObservation,
@@ -22,8 +24,6 @@ from tandem_operator.observe import (
     classify_unschedulable,
     observe_pod,
 )
-from tandem_operator.placement import compute_nvlink_placement
-from tandem_operator.status import compute_status
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "manifests" / "examples"
 NOW = "2026-01-01T00:00:00Z"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import aiohttp
 
 from tandem.devcluster.ports import allocate_ports
-from tandem_operator.health import HealthState, start_server
+from tandem_operator.kube.health import HealthState, start_server
 
 
 async def fetch(port: int, path: str) -> tuple[int, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tandem_operator.informer import Store
+from tandem_operator.kube.informer import Store
 
 
 def obj(name: str, rv: str, cluster: str | None = "c", ns: str = "ns") -> dict[str, Any]:

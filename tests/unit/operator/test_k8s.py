@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tandem_operator.k8s import (
+from tandem_operator.kube.client import (
     BY_KIND,
     DEPLOYMENTS,
     INFERENCE_CLUSTERS,

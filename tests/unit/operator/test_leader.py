@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from tandem_operator.leader import Decision, LeaseRecord, decide, micro_time, record_from_lease
+from tandem_operator.kube.leader import Decision, LeaseRecord, decide, micro_time, record_from_lease
 
 
 def record(holder: str, duration: int = 15) -> LeaseRecord:

@@ -1,12 +1,12 @@
-"""The workers' NetworkPolicy (pure: tandem_operator.network_policy)."""
+"""The workers' NetworkPolicy (pure: tandem_operator.render.network_policy)."""
 
 from __future__ import annotations
 
 import kubernetes_validate  # type: ignore[import-untyped]
 
-from tandem_operator.network_policy import render_worker_network_policy
-from tandem_operator.pods import RenderSettings
-from tandem_operator.render import render_cluster_children
+from tandem_operator.render.children import render_cluster_children
+from tandem_operator.render.network_policy import render_worker_network_policy
+from tandem_operator.render.pods import RenderSettings
 
 from .test_render import load
 

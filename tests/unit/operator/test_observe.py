@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tandem_operator import reasons
-from tandem_operator.observe import classify_unschedulable, observe_pod, observe_workload
+from tandem_operator.status.observe import classify_unschedulable, observe_pod, observe_workload
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ import pytest
 
 from tandem.api.v1alpha1 import AcceleratorProfile, KvTransferSpec, PoolSpec
 from tandem.devcluster import nodes as simulated
-from tandem_operator.fabric import RdmaOptions
-from tandem_operator.profiles import (
+from tandem_operator.render.fabric import RdmaOptions
+from tandem_operator.render.profiles import (
     GPU_RESOURCE,
     LOOSE_SPREAD_MAX_SKEW,
     PROFILES,

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tandem_operator.reference import render_reference
+from tandem_operator.tools.crd_reference import render_reference
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "crd-reference.md"
 
 
 def test_crd_reference_is_up_to_date() -> None:
     assert DOC.read_text() == render_reference(), (
-        "run: python -m tandem_operator.reference --write docs/crd-reference.md"
+        "run: python -m tandem_operator.tools.crd_reference --write docs/crd-reference.md"
     )
 
 

@@ -14,9 +14,8 @@ import yaml
 from tandem.api.v1alpha1 import InferenceCluster, PoolRole
 from tandem.api.validate import load_inference_cluster, parse_object
 from tandem_operator import names
-from tandem_operator.diff import contains
-from tandem_operator.pods import RenderSettings
-from tandem_operator.render import (
+from tandem_operator.kube.diff import contains
+from tandem_operator.render.children import (
     LWS_WORKER_INDEX_LABEL,
     PoolHandle,
     render_cluster_children,
@@ -25,6 +24,7 @@ from tandem_operator.render import (
     render_pool_children,
     render_worker_pool,
 )
+from tandem_operator.render.pods import RenderSettings
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "manifests" / "examples"

@@ -8,7 +8,8 @@ import pytest
 
 from tandem.api.v1alpha1 import InferenceCluster, InferenceClusterStatus, PoolRole
 from tandem_operator import reasons
-from tandem_operator.observe import (
+from tandem_operator.status.compute import StatusResult, compute_status, status_to_wire
+from tandem_operator.status.observe import (
     Failure,
     Observed,
     PodObservation,
@@ -16,7 +17,6 @@ from tandem_operator.observe import (
     PoolObservation,
     WorkloadObservation,
 )
-from tandem_operator.status import StatusResult, compute_status, status_to_wire
 
 NOW = "2026-01-01T00:00:00Z"
 LATER = "2026-01-01T00:05:00Z"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tandem_operator.workqueue import WorkQueue
+from tandem_operator.kube.workqueue import WorkQueue
 
 
 async def test_adds_of_a_queued_key_coalesce() -> None:

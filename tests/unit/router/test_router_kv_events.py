@@ -9,10 +9,15 @@ from collections.abc import AsyncIterator, Callable
 
 from prometheus_client import CollectorRegistry
 
+from tandem.bench.doubles.inprocess import (
+    KV_BLOCK_SIZE,
+    InProcessCluster,
+    InProcessWorker,
+    KvLedger,
+)
 from tandem.engines.base import SamplingParams
 from tandem.kv.block_hashes import compute_block_names
 from tandem.kv.events import BlocksStored
-from tandem.router.inprocess import KV_BLOCK_SIZE, InProcessCluster, InProcessWorker, KvLedger
 from tandem.router.membership import Member
 from tandem.router.messages import GenerationRequest, RouterConfig
 from tandem.router.metrics import RouterMetrics

@@ -10,9 +10,9 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
+from tandem.bench.doubles.inprocess import InProcessCluster, InProcessWorker
 from tandem.proto import worker_pb2 as pb
 from tandem.proto import worker_pb2_grpc
-from tandem.router.inprocess import InProcessCluster, InProcessWorker
 from tandem.router.membership import Member
 from tandem.router.messages import RouterConfig
 from tandem.router.metrics import RouterMetrics

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from prometheus_client import CollectorRegistry
 
+from tandem.bench.doubles.inprocess import InProcessCluster, InProcessWorker, KvLedger, fake_token
 from tandem.engines.base import SamplingParams
 from tandem.router.errors import GenerationFailedError, NoWorkerAvailableError, OverloadedError
-from tandem.router.inprocess import InProcessCluster, InProcessWorker, KvLedger, fake_token
 from tandem.router.membership import Member, StaticMembership
 from tandem.router.messages import GenerationChunk, GenerationRequest, RouterConfig
 from tandem.router.metrics import RouterMetrics

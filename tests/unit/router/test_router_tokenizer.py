@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
+from tandem.bench.doubles.inprocess import InProcessCluster, InProcessWorker
 from tandem.engines.base import SamplingParams
-from tandem.router.inprocess import InProcessCluster, InProcessWorker
 from tandem.router.membership import Member, StaticMembership
 from tandem.router.messages import GenerationRequest, RouterConfig
 from tandem.router.metrics import RouterMetrics

@@ -108,7 +108,7 @@ def test_documents_wire_the_frontend_to_the_members_file(tmp_path: Path) -> None
 
 
 def test_operator_frontend_document_loads(tmp_path: Path) -> None:
-    from tandem_operator import contract
+    from tandem_operator.render import contract
 
     doc = contract.render_frontend_config(cluster(1, 1))
     config = FrontendConfig.model_validate(doc)

@@ -16,7 +16,7 @@ from tandem.security import CredentialsError
 from tandem.worker.contract import ContractError, read_contract
 from tandem.worker.main import build_parser, load_contract, open_credentials, resolve_config
 from tandem.worker.types import Role
-from tandem_operator.contract import render_worker_config, worker_command
+from tandem_operator.render.contract import render_worker_config, worker_command
 
 EXAMPLE = Path(__file__).parents[3] / "manifests" / "examples" / "reference-cpu.yaml"
 

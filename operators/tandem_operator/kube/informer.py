@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
 from tandem_operator import metrics, names
-from tandem_operator.k8s import ApiError, Gone, KubeClient, NotFound, Resource
+from tandem_operator.kube.client import ApiError, Gone, KubeClient, NotFound, Resource
 from tandem_operator.problems import RecurringProblem
 
 logger = logging.getLogger(__name__)
@@ -249,3 +250,13 @@ class Informer:
                 version = None
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_SECONDS)
+
+
+@dataclass
+class Caches:
+    """The informers' stores, by kind."""
+
+    stores: dict[str, Store]
+
+    def of(self, kind: str) -> Store:
+        return self.stores[kind]

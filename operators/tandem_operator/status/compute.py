@@ -38,15 +38,15 @@ from tandem.api.v1alpha1 import (
     WorkerPoolStatus,
 )
 from tandem_operator import names, reasons
-from tandem_operator.observe import (
+from tandem_operator.render.children import pool_selector
+from tandem_operator.render.placement import NvlinkPlacement
+from tandem_operator.status.observe import (
     Observed,
     PodObservation,
     PodProblem,
     PoolObservation,
     WorkloadObservation,
 )
-from tandem_operator.placement import NvlinkPlacement
-from tandem_operator.render import pool_selector
 
 # Most actionable first: when several pods fail differently, the status names this one.
 PROBLEM_PRIORITY: tuple[str, ...] = (

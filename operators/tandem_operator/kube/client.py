@@ -372,11 +372,3 @@ class KubeClient:
                             status = event.get("object") or {}
                             raise _error(int(status.get("code", 500)), json.dumps(status).encode())
                         yield event
-
-    async def has_api(self, group_version: str) -> bool:
-        """Discovery: is ``group/version`` served (e.g. is the LWS CRD installed)?"""
-        try:
-            await self.request("GET", f"/apis/{group_version}")
-        except NotFound:
-            return False
-        return True

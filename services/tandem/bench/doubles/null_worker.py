@@ -1,4 +1,4 @@
-"""A gRPC worker process with no model: ``python -m tandem.router.null_worker``.
+"""A gRPC worker process with no model: ``python -m tandem.bench.doubles.null_worker``.
 
 It serves the real ``tandem.worker.v1.Worker`` API over an :class:`InProcessWorker`, so
 frontends, routers and the local runtime can be exercised with real processes and real
@@ -24,9 +24,9 @@ from typing import Any
 import grpc
 
 from tandem.api.v1alpha1 import TokenizerKind
+from tandem.bench.doubles.inprocess import InProcessWorker
 from tandem.proto import worker_pb2 as pb
 from tandem.proto import worker_pb2_grpc
-from tandem.router.inprocess import InProcessWorker
 from tandem.router.policy import WorkerRole
 from tandem.security import CredentialStore, check_plaintext_bind
 from tandem.tokenization.selection import fingerprint, load_tokenizer
@@ -139,7 +139,7 @@ async def serve(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tandem.router.null_worker")
+    parser = argparse.ArgumentParser(prog="python -m tandem.bench.doubles.null_worker")
     parser.add_argument("--role", required=True, choices=[r.value for r in WorkerRole])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)

@@ -37,7 +37,7 @@ from tandem.api.v1alpha1 import EngineKind, InferenceCluster, PoolRole, PoolSpec
 from tandem.engines.simulated.config import render_simulated_options
 from tandem.engines.trtllm.config import render_trtllm_config
 from tandem_operator import names
-from tandem_operator.model_source import render_model_mount
+from tandem_operator.render.model_source import render_model_mount
 
 Manifest = dict[str, Any]
 

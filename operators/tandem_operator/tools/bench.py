@@ -1,6 +1,6 @@
 """Benchmark the operator on the local control plane: apply -> Ready, and memory.
 
-    python -m tandem_operator.bench [--clusters 100] [--state-dir DIR] [--write FILE]
+    python -m tandem_operator.tools.bench [--clusters 100] [--state-dir DIR] [--write FILE]
 
 Starts a dev cluster (etcd, apiserver, controller-manager, scheduler, kwok), installs the
 CRDs, runs the operator out of cluster, then measures
@@ -39,7 +39,7 @@ import yaml
 
 from tandem.devcluster import DevCluster, StartOptions, start_cluster
 from tandem.devcluster.nodes import CPU_SERVER, render_node
-from tandem_operator.harness import OperatorProcess
+from tandem_operator.tools.harness import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "manifests" / "examples" / "reference-cpu.yaml"

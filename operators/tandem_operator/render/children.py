@@ -31,28 +31,28 @@ from typing import Any
 
 from tandem.api.v1alpha1 import API_VERSION, InferenceCluster, PoolRole
 from tandem_operator import names
-from tandem_operator.access import render_frontend_access
-from tandem_operator.contract import (
+from tandem_operator.render.access import render_frontend_access
+from tandem_operator.render.contract import (
     config_hash,
     dump_config,
     pool_spec,
     render_frontend_config,
     render_worker_config,
 )
-from tandem_operator.credentials import CredentialState, render_credentials_secret
-from tandem_operator.multinode import (
+from tandem_operator.render.credentials import CredentialState, render_credentials_secret
+from tandem_operator.render.multinode import (
     SUBDOMAIN_POLICY,
     launches_mpi_world,
     render_group_templates,
 )
-from tandem_operator.network_policy import render_worker_network_policy
-from tandem_operator.placement import render_compute_domain
-from tandem_operator.pods import (
+from tandem_operator.render.network_policy import render_worker_network_policy
+from tandem_operator.render.placement import render_compute_domain
+from tandem_operator.render.pods import (
     RenderSettings,
     render_frontend_pod_template,
     render_worker_pod_template,
 )
-from tandem_operator.profiles import get_profile, render_worker_hardware, uses_channel_claim
+from tandem_operator.render.profiles import get_profile, render_worker_hardware, uses_channel_claim
 
 Manifest = dict[str, Any]
 

@@ -23,9 +23,9 @@ from tandem.api.v1alpha1 import InferenceCluster, PoolRole
 from tandem.capacity.plan import plan_cluster
 from tandem.engines.trtllm.config import TrtllmConfigError
 from tandem_operator import reasons
-from tandem_operator.contract import render_engine_options
-from tandem_operator.model_source import ModelSourceError
-from tandem_operator.observe import Failure
+from tandem_operator.render.contract import render_engine_options
+from tandem_operator.render.model_source import ModelSourceError
+from tandem_operator.status.observe import Failure
 
 
 def not_applied(cr: InferenceCluster) -> str:

@@ -38,7 +38,7 @@ from tandem.autoscale.exposition import (
     parse_worker_loads,
 )
 from tandem_operator import names, reasons
-from tandem_operator.observe import observe_pod
+from tandem_operator.status.observe import observe_pod
 
 logger = logging.getLogger(__name__)
 

@@ -11,9 +11,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tandem.api.v1alpha1 import PoolRole, WorkerPoolStatus
+import pydantic
+
+from tandem.api.v1alpha1 import InferenceCluster, PoolRole, WorkerPoolStatus
 from tandem_operator import reasons
-from tandem_operator.placement import NvlinkPlacement
+from tandem_operator.render.placement import NvlinkPlacement
 
 Manifest = dict[str, Any]
 
@@ -173,3 +175,15 @@ def observe_pod(obj: Manifest) -> PodObservation:
         problem = None
         node = ""
     return PodObservation(name=name, ready=ready, problem=problem, node_name=node)
+
+
+class InvalidObject(Exception):
+    """The stored object does not parse as our API (e.g. written around the schema)."""
+
+
+def parse_cluster(obj: Mapping[str, Any]) -> InferenceCluster:
+    doc = {k: obj[k] for k in ("apiVersion", "kind", "metadata", "spec", "status") if k in obj}
+    try:
+        return InferenceCluster.model_validate(doc)
+    except pydantic.ValidationError as exc:
+        raise InvalidObject(str(exc)) from None

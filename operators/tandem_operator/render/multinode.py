@@ -26,8 +26,8 @@ import copy
 from typing import Any
 
 from tandem.api.v1alpha1 import EngineKind, InferenceCluster, PoolRole
-from tandem_operator.contract import pool_spec, worker_command
-from tandem_operator.profiles import get_profile, gpus_per_worker
+from tandem_operator.render.contract import pool_spec, worker_command
+from tandem_operator.render.profiles import get_profile, gpus_per_worker
 
 Manifest = dict[str, Any]
 

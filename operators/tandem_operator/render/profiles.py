@@ -33,14 +33,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tandem.api.v1alpha1 import AcceleratorProfile, KvTransferSpec, PoolRole, PoolSpec
-from tandem_operator.fabric import (
+from tandem_operator.render.fabric import (
     GPU_UCX_TLS,
     RdmaOptions,
     render_nccl_env,
     render_rdma_resources,
     render_ucx_env,
 )
-from tandem_operator.placement import render_channel_claim, render_nvlink_pod_affinity
+from tandem_operator.render.placement import render_channel_claim, render_nvlink_pod_affinity
 
 Manifest = dict[str, Any]
 

@@ -25,14 +25,14 @@ from typing import Any
 from tandem.api.v1alpha1 import EngineKind, InferenceCluster, PoolRole
 from tandem.engines.trtllm.version import PINNED_VERSION
 from tandem_operator import names
-from tandem_operator.contract import (
+from tandem_operator.render.contract import (
     frontend_command,
     pool_spec,
     worker_command,
 )
-from tandem_operator.credentials import render_credentials_volume
-from tandem_operator.model_source import render_model_mount
-from tandem_operator.profiles import (
+from tandem_operator.render.credentials import render_credentials_volume
+from tandem_operator.render.model_source import render_model_mount
+from tandem_operator.render.profiles import (
     HardwareOptions,
     WorkerHardware,
     get_profile,

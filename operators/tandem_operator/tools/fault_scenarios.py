@@ -24,7 +24,7 @@ import yaml
 from tandem.devcluster import DevCluster
 from tandem.devcluster.components import NOT_READY_LABEL, NOT_READY_VALUE
 from tandem.devcluster.probes import wait_until
-from tandem_operator.harness import OperatorProcess, render_model_claim
+from tandem_operator.tools.harness import OperatorProcess, render_model_claim
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "examples"
 Json = dict[str, Any]

@@ -37,10 +37,10 @@ from tandem.autoscale import (
     compute_pod_deletion_costs,
 )
 from tandem_operator import names, reasons
-from tandem_operator.k8s import INFERENCE_CLUSTERS, WORKER_POOLS
-from tandem_operator.observe import observe_pod
-from tandem_operator.render import render_deletion_cost_patch
-from tandem_operator.status import EventRecord
+from tandem_operator.kube.client import INFERENCE_CLUSTERS, WORKER_POOLS
+from tandem_operator.render.children import render_deletion_cost_patch
+from tandem_operator.status.compute import EventRecord
+from tandem_operator.status.observe import observe_pod
 
 Manifest = dict[str, Any]
 

@@ -33,7 +33,7 @@ from typing import Any
 import aiohttp
 
 from tandem_operator import metrics
-from tandem_operator.k8s import LEASES, ApiError, Conflict, KubeClient, NotFound
+from tandem_operator.kube.client import LEASES, ApiError, Conflict, KubeClient, NotFound
 from tandem_operator.problems import RecurringProblem
 
 logger = logging.getLogger(__name__)

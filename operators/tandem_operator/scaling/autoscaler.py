@@ -50,12 +50,10 @@ from tandem.autoscale import (
 )
 from tandem.autoscale.exposition import SampleWindow
 from tandem_operator import metrics, names, reasons
-from tandem_operator.controller import Caches, InvalidObject, parse_cluster
-from tandem_operator.informer import Key
-from tandem_operator.k8s import EVENTS, PODS, WORKER_POOLS, ApiError, KubeClient, NotFound
-from tandem_operator.metrics_source import FrontendScrape, FrontendSource, ScrapeError
+from tandem_operator.kube.client import EVENTS, PODS, WORKER_POOLS, ApiError, KubeClient, NotFound
+from tandem_operator.kube.informer import Caches, Key
 from tandem_operator.problems import RecurringProblem
-from tandem_operator.scaling import (
+from tandem_operator.scaling.decisions import (
     AUTOSCALER_FIELD_MANAGER,
     autoscaler_runs,
     compute_active_condition,
@@ -73,7 +71,9 @@ from tandem_operator.scaling import (
     render_scale_message,
     render_scale_patch,
 )
-from tandem_operator.status import StatusResult
+from tandem_operator.scaling.metrics_source import FrontendScrape, FrontendSource, ScrapeError
+from tandem_operator.status.compute import StatusResult
+from tandem_operator.status.observe import InvalidObject, parse_cluster
 
 logger = logging.getLogger(__name__)
 
