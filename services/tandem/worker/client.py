@@ -41,9 +41,35 @@ from tandem.worker.types import (
 )
 
 MAX_MESSAGE_BYTES = 64 << 20
-CHANNEL_OPTIONS = [
+MESSAGE_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+]
+# A worker that vanishes without closing its connections (its node lost, a partition, a
+# FIN dropped behind a full queue) would hold each open call until its deadline: minutes
+# for a CPU prefill. While a call is open the client pings every KEEPALIVE_TIME_MS and
+# drops a connection that does not answer within KEEPALIVE_TIMEOUT_MS; its calls fail
+# UNAVAILABLE and the router moves on. gRPC core channel arguments
+# (grpc/impl/channel_arg_names.h), behaviour checked with grpcio 1.85.3
+# (tests/unit/worker/test_worker_keepalive.py).
+KEEPALIVE_TIME_MS = 10_000
+KEEPALIVE_TIMEOUT_MS = 5_000
+CHANNEL_OPTIONS = [
+    *MESSAGE_OPTIONS,
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    # grpcio 1.85 waits for a ping's ack this long (default 1 minute), whatever the above.
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 0),
+    # A long prefill streams no data; by default a client stops pinging after 2 such pings.
+    ("grpc.http2.max_pings_without_data", 0),
+]
+# Servers accept those pings: by default they allow one per 5 minutes without data, count
+# each faster one as a strike and close the connection after two ("too_many_pings").
+SERVER_OPTIONS = [
+    *MESSAGE_OPTIONS,
+    ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
+    ("grpc.http2.max_ping_strikes", 0),
 ]
 
 ResponseT = TypeVar("ResponseT")

@@ -18,7 +18,7 @@ from tandem.proto import worker_pb2_grpc
 from tandem.security.credentials import CredentialStore
 from tandem.security.grpc_tls import server_credentials
 from tandem.worker import convert
-from tandem.worker.client import CHANNEL_OPTIONS
+from tandem.worker.client import SERVER_OPTIONS
 from tandem.worker.errors import WorkerError
 from tandem.worker.service import WorkerService
 
@@ -111,7 +111,7 @@ def create_server(
 ) -> tuple[grpc.aio.Server, int]:
     """An unstarted server bound to ``host:port`` (0: any free port) and the bound port;
     mutual TLS with ``credentials``, else plaintext."""
-    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    server = grpc.aio.server(options=SERVER_OPTIONS)
     address = f"{host}:{port}"
     if credentials is None:
         bound = server.add_insecure_port(address)
