@@ -633,6 +633,7 @@ def test_upgrades_roll_pods_without_failing_a_request(journey: Journey) -> None:
     FIGURES["node_daemons_rss_mib"] = {
         k: round(v / 2**20) for k, v in node.daemon_rss_bytes().items()
     }
+    FIGURES["pods_rss_mib"] = round(node.pods_rss_bytes() / 2**20)
 
 
 def test_deleting_the_cluster_leaves_no_child_and_no_container(journey: Journey) -> None:

@@ -41,7 +41,7 @@ from tandem.devcluster import DevCluster, StartOptions, start_cluster
 from tandem.devcluster.nodes import CPU_SERVER, render_node
 from tandem_operator.tools.harness import OperatorProcess
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "manifests" / "examples" / "reference-cpu.yaml"
 CRDS = REPO / "manifests" / "crds"
 NAMESPACE = "bench"

@@ -26,7 +26,7 @@ from tandem.devcluster.components import NOT_READY_LABEL, NOT_READY_VALUE
 from tandem.devcluster.probes import wait_until
 from tandem_operator.tools.harness import OperatorProcess, render_model_claim
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "manifests" / "examples"
 Json = dict[str, Any]
 StartOperator = Callable[[str], OperatorProcess]
 

@@ -138,6 +138,16 @@ SECTIONS = (
         600,
     ),
     Section(
+        "real-node",
+        "Real pods: images, the user's journey on a real kubelet, node memory",
+        "tandem.bench.real_node",
+        "What running Tandem's own images on a real node costs and how fast it goes: the "
+        "images and the kubelet built from scratch, then the journey a user takes (`helm "
+        "install` → `kubectl port-forward` → the `openai` client → scale, kill, upgrade "
+        "under load → delete), timed, with the node's memory.",
+        2400,
+    ),
+    Section(
         "operator",
         "Operator: apply to Ready, memory",
         "tandem_operator.tools.bench",

@@ -71,6 +71,10 @@ class _EngineCollector(Collector):
         )
 
 
+CLAIM_OUTCOMES = ("granted", "gone", "wrong_incarnation")
+REFUSAL_REASONS = ("config_mismatch",)
+
+
 class WorkerMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
@@ -124,6 +128,13 @@ class WorkerMetrics:
             ["reason"],
             registry=registry,
         )
+
+        # Series with known label values start at 0, so dashboards and rate() see them
+        # from the first scrape rather than after the first claim or refusal.
+        for outcome in CLAIM_OUTCOMES:
+            self.kv_claims.labels(outcome)
+        for reason in REFUSAL_REASONS:
+            self.kv_refused.labels(reason)
 
     def watch_load(self, stats: Callable[[], WorkerStats]) -> None:
         self.registry.register(_LoadCollector(stats))

@@ -112,8 +112,15 @@ class RealNode:
 
     def daemon_rss_bytes(self) -> dict[str, int]:
         """Resident memory of kubelet and containerd, by program name."""
+        return self._rss_by_program("daemons")
+
+    def pods_rss_bytes(self) -> int:
+        """Resident memory of every container process on the node."""
+        return sum(self._rss_by_program("kubepods").values())
+
+    def _rss_by_program(self, child: str) -> dict[str, int]:
         rss: dict[str, int] = {}
-        for cgroup in host.existing_cgroups(self.plan.cgroup_path("daemons"))[:1]:
+        for cgroup in host.existing_cgroups(self.plan.cgroup_path(child))[:1]:
             for pid in host.pids_in_tree(cgroup):
                 try:
                     name = Path(f"/proc/{pid}/comm").read_text().strip()
