@@ -16,7 +16,8 @@ takes no new calls and is closed once its calls have finished (at most
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -129,8 +130,10 @@ class WorkerClient:
     ) -> None:
         await self.close()
 
-    async def close(self) -> None:
-        await self._channel.close()
+    async def close(self, grace_s: float | None = None) -> None:
+        """Close the channel; calls still on it get ``grace_s`` to finish (None: cut now,
+        they fail ``UNAVAILABLE``)."""
+        await self._channel.close(grace_s)
         for old in list(self._retiring):
             await old.close()  # what the rotation left running is cut now
         await asyncio.gather(*self._retiring.values(), return_exceptions=True)
@@ -138,16 +141,37 @@ class WorkerClient:
     async def _unary(
         self, method: Callable[..., Awaitable[ResponseT]], request: object, timeout_s: float | None
     ) -> ResponseT:
-        try:
+        with self._call_errors():
             return await method(request, timeout=timeout_s or self.timeout_s)
+
+    @contextlib.contextmanager
+    def _call_errors(self) -> Iterator[None]:
+        """Every way a call can end badly, as a ``WorkerCallError``. Closing a channel
+        (this client evicted after another call found the worker gone) ends the calls
+        still on it with ``asyncio.CancelledError`` although nobody cancelled their
+        callers, and refuses new ones with ``UsageError`` (grpcio 1.85.3): both mean the
+        worker is out of reach, not that the caller gave up, which must stay a
+        cancellation."""
+        try:
+            yield
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc) from None
+        except grpc.aio.UsageError:
+            raise self._closed() from None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise
+            raise self._closed() from None
 
     def _error(self, exc: grpc.aio.AioRpcError) -> WorkerCallError:
         status = exc.code().name
         if status == "UNAVAILABLE" and self._on_unavailable is not None:
             self._on_unavailable()
         return WorkerCallError(self.address, status, exc.details() or "")
+
+    def _closed(self) -> WorkerCallError:
+        return WorkerCallError(self.address, "UNAVAILABLE", "the client's channel was closed")
 
     async def prefill(
         self,
@@ -190,10 +214,9 @@ class WorkerClient:
             request.first_token_id = first_token
         call = self.stub.Decode(request, timeout=timeout_s or self.decode_timeout_s)
         try:
-            async for chunk in call:
-                yield convert.chunk_from_pb(chunk)
-        except grpc.aio.AioRpcError as exc:
-            raise self._error(exc) from None
+            with self._call_errors():
+                async for chunk in call:
+                    yield convert.chunk_from_pb(chunk)
         finally:
             call.cancel()  # no-op once finished; tells the worker we left early
 
@@ -244,16 +267,15 @@ class WorkerClient:
         batch ends it with a ``WorkerCallError``."""
         call = self.stub.KvEvents(pb.KvEventsRequest())
         try:
-            async for message in call:
-                try:
-                    batch = convert.kv_batch_from_pb(message)
-                except ValueError as exc:
-                    raise WorkerCallError(
-                        self.address, "INTERNAL", f"malformed KV event: {exc}"
-                    ) from exc
-                yield batch
-        except grpc.aio.AioRpcError as exc:
-            raise self._error(exc) from None
+            with self._call_errors():
+                async for message in call:
+                    try:
+                        batch = convert.kv_batch_from_pb(message)
+                    except ValueError as exc:
+                        raise WorkerCallError(
+                            self.address, "INTERNAL", f"malformed KV event: {exc}"
+                        ) from exc
+                    yield batch
         finally:
             call.cancel()
 

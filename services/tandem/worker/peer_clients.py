@@ -61,7 +61,8 @@ class PeerClients:
         logger.info("dropping peer %s (%s)", address, why)
         for listener in self._listeners:
             listener(address)
-        task = asyncio.get_running_loop().create_task(client.close())
+        # Calls already on it end by their own deadlines, not as cancellations.
+        task = asyncio.get_running_loop().create_task(client.close(grace_s=self._timeout_s))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
