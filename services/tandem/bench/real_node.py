@@ -1,9 +1,10 @@
 """``python -m tandem.bench --only real-node``: what the real-pods journey costs and how
-fast it goes. In one run: the images built from scratch (``tandem.devimages build
---force``), the real node's kubelet compiled with an empty build cache, then the user's
-journey on the real node (``tests/e2e/test_user_journey.py``, which writes its figures to
-build/e2e/journey-figures.json). Needs root, the Go module cache of tests/cluster and
-the repository's tests (run from a checkout, as ``make bench`` does)."""
+fast it goes. In one run: the images rebuilt (``tandem.devimages build --force``; the
+Debian base is reused once bootstrapped), the real node's kubelet compiled with an empty
+build cache, then the user's journey on the real node (``tests/e2e/test_user_journey.py``,
+which writes its figures to build/e2e/journey-figures.json). Needs root, the Go module
+cache of tests/cluster and the repository's tests (run from a checkout, as ``make bench``
+does)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def render_table(
     mib = 1 << 20
     rss = figures.get("node_daemons_rss_mib", {})
     rows = [
-        ("`make images` from scratch (Debian base bootstrap, tandem image, pause)",
+        ("images rebuilt (`--force`; Debian base reused)",
          f"{timings['images_s']:.0f} s"),
         *((f"image `{name}`", f"{size / mib:.1f} MiB") for name, size in sorted(sizes.items())),
         ("kubelet compile, empty build cache", f"{timings['kubelet_s']:.0f} s"),
@@ -63,8 +64,9 @@ def render_table(
          str(figures.get("scale_and_kill_requests_answered", "-"))),
         ("answered during `helm upgrade` rolling every pod (0 failed)",
          str(figures.get("upgrade_requests_answered", "-"))),
-        *((f"{name} resident memory", f"{value} MiB") for name, value in sorted(rss.items())),
-        ("pods' resident memory (all containers on the node)",
+        *((f"node daemon {name}: resident memory", f"{value} MiB")
+          for name, value in sorted(rss.items())),
+        ("pods' resident memory (sum of VmRSS)",
          f"{figures['pods_rss_mib']} MiB" if "pods_rss_mib" in figures else "-"),
         ("NetworkPolicy enforced by the test network",
          "yes" if figures.get("network_policy_enforced") else "no (bridge CNI)"),
@@ -95,7 +97,8 @@ def main() -> int:
         "reached only through `kubectl port-forward`. Image sizes are the OCI archives "
         "imported into the node's containerd. Created → Ready: the pod's creation timestamp "
         "to its Ready condition (image already on the node). Memory sampled after the "
-        "`helm upgrade` step, from /proc of the processes in the node's cgroups."
+        "`helm upgrade` step, from /proc of the processes in the node's cgroups (VmRSS "
+        "summed: pages shared between processes are counted in each)."
     )
     return 0
 

@@ -24,13 +24,11 @@ def test_every_figure_has_its_row() -> None:
         {"images_s": 188.6, "kubelet_s": 301.2, "journey_pytest_s": 530.0},
     )
     rows = dict(line.strip("| ").split(" | ") for line in table.splitlines()[2:])
-    assert rows["`make images` from scratch (Debian base bootstrap, tandem image, pause)"] == (
-        "189 s"
-    )
+    assert rows["images rebuilt (`--force`; Debian base reused)"] == ("189 s")
     assert rows["image `tandem.local/tandem:dev`"] == "372.7 MiB"
     assert rows["image `registry.k8s.io/pause:3.10`"] == "0.3 MiB"
     assert rows["decode pod: created → Ready"] == "9.8 s"
-    assert rows["kubelet resident memory"] == "61 MiB"
-    assert rows["pods' resident memory (all containers on the node)"] == "911 MiB"
+    assert rows["node daemon kubelet: resident memory"] == "61 MiB"
+    assert rows["pods' resident memory (sum of VmRSS)"] == "911 MiB"
     assert rows["NetworkPolicy enforced by the test network"] == "no (bridge CNI)"
     assert len(rows) == 15
