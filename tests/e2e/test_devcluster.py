@@ -18,6 +18,7 @@ import pytest
 
 from tandem.devcluster import DevCluster, get_profile, render_profile
 from tandem.devcluster.binaries import ClusterBinaries
+from tandem.devcluster.components import NOT_READY_LABEL, NOT_READY_VALUE
 from tandem.devcluster.probes import wait_until
 
 pytestmark = pytest.mark.k8s
@@ -221,6 +222,33 @@ WIDGET_CRD = {
         ],
     },
 }
+
+
+def test_a_node_made_not_ready_and_ready_again_keeps_its_status(k8s_cluster: DevCluster) -> None:
+    """The fault suite's NotReady node (kwok Stages of our own): back to Ready, it keeps
+    its addresses and kubelet endpoint (kwok's node-initialize alone dropped them)."""
+    node = "h100-1"
+
+    def status() -> dict[str, object]:
+        found = _get_json(k8s_cluster, "node", node)["status"]
+        assert isinstance(found, dict)
+        return found
+
+    def ready() -> str:
+        conditions = status()["conditions"]
+        assert isinstance(conditions, list)
+        return str(next(c["status"] for c in conditions if c["type"] == "Ready"))
+
+    before = status()
+    k8s_cluster.kubectl("label", "node", node, f"{NOT_READY_LABEL}={NOT_READY_VALUE}")
+    try:
+        wait_until(lambda: ready() == "False", timeout_s=WAIT_S, what=f"{node} NotReady")
+    finally:
+        k8s_cluster.kubectl("label", "node", node, f"{NOT_READY_LABEL}-")
+    wait_until(lambda: ready() == "True", timeout_s=WAIT_S, what=f"{node} Ready again")
+    after = status()
+    assert after.get("addresses") == before["addresses"]
+    assert after.get("daemonEndpoints") == before["daemonEndpoints"]
 
 
 def _widget(name: str, *, min_replicas: int, max_replicas: int) -> dict[str, object]:

@@ -101,10 +101,51 @@ spec:
 """
 
 
+# And back: once the label is gone, a node that was initialized before (it has addresses)
+# gets its Ready condition back and keeps the rest of its status. kwok v0.8.0's own
+# node-initialize would match it too and, for a node with an InternalIP but no Hostname
+# address (ours: a Hostname would be dialled first), rewrite `addresses` to null. A
+# weighted stage wins over node-initialize, which has none; new nodes have no addresses
+# yet and still get node-initialize.
+RECOVER_STAGE = f"""---
+# Tandem: a node whose {NOT_READY_LABEL} label was removed is Ready again, addresses kept.
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: tandem-node-recover
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Node
+  selector:
+    matchExpressions:
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: 'NotIn'
+      values: ['True']
+    - key: '.status.addresses'
+      operator: 'Exists'
+    - key: '.metadata.labels["{NOT_READY_LABEL}"]'
+      operator: 'DoesNotExist'
+  weight: 1
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      conditions:
+      {{{{ range NodeConditions }}}}
+      - lastHeartbeatTime: {{{{ $now | Quote }}}}
+        lastTransitionTime: {{{{ $now | Quote }}}}
+        message: {{{{ .message | Quote }}}}
+        reason: {{{{ .reason | Quote }}}}
+        status: {{{{ .status | Quote }}}}
+        type: {{{{ .type | Quote }}}}
+      {{{{ end }}}}
+"""
+
+
 def render_kwok_config(stages_yaml: str) -> str:
     """kwok's --config: the Stage documents (kwok refuses to start without them), with
-    Tandem's own node-not-ready stage last."""
-    return KWOK_CONFIG_HEADER + stages_yaml.rstrip("\n") + "\n" + NOT_READY_STAGE
+    Tandem's own node-not-ready and node-recover stages last."""
+    return KWOK_CONFIG_HEADER + stages_yaml.rstrip("\n") + "\n" + NOT_READY_STAGE + RECOVER_STAGE
 
 
 def render_components(

@@ -150,12 +150,31 @@ class FaultBed:
     # ------------------------------------------------------------------ faults
 
     def kill(self, name: str) -> float:
-        """SIGKILL process ``name``; returns when (monotonic)."""
+        """SIGKILL process ``name``; returns when it was dead (monotonic). Not when the
+        signal was sent: until the kernel has torn the process down its listening
+        sockets still accept, so a request sent in between is the dying one's, not one
+        sent while it was down."""
         pid = self.pid_of(name)
-        at = time.monotonic()
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        return at
+        deadline = time.monotonic() + KILL_TIMEOUT_S
+        while _alive(pid):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} (pid {pid}) survived SIGKILL for {KILL_TIMEOUT_S} s")
+            time.sleep(0.002)
+        return time.monotonic()
+
+
+KILL_TIMEOUT_S = 10.0
+
+
+def _alive(pid: int) -> bool:
+    """Running, as opposed to gone or a zombie waiting for its parent (the supervisor)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 120.0) -> float:
