@@ -134,10 +134,15 @@ def test_kwok_config_holds_only_the_stages() -> None:
     # A KwokConfiguration document would switch off kwok's option defaults.
     stages = "---\nkind: Stage\nmetadata:\n  name: a\n---\nkind: Stage\nmetadata:\n  name: b\n"
     docs = [d for d in yaml.safe_load_all(render_kwok_config(stages)) if d is not None]
-    assert [d["kind"] for d in docs] == ["Stage", "Stage", "Stage"]
-    # Tandem's own last: a labelled node reports Ready=False.
-    assert docs[-1]["metadata"]["name"] == "tandem-node-not-ready"
-    assert 'status: "False"' in docs[-1]["spec"]["next"]["statusTemplate"]
+    assert [d["kind"] for d in docs] == ["Stage"] * 4
+    # Tandem's own last: a labelled node reports Ready=False; unlabelled, it is Ready
+    # again with nothing but its conditions rewritten.
+    not_ready, recover = docs[-2:]
+    assert not_ready["metadata"]["name"] == "tandem-node-not-ready"
+    assert 'status: "False"' in not_ready["spec"]["next"]["statusTemplate"]
+    assert recover["metadata"]["name"] == "tandem-node-recover"
+    assert recover["spec"]["weight"] > 0  # wins over kwok's node-initialize (no weight)
+    assert "addresses" not in recover["spec"]["next"]["statusTemplate"]
 
 
 def test_kubeconfig_trusts_the_ca_and_uses_the_token() -> None:
