@@ -29,7 +29,7 @@ from pathlib import Path
 
 from tandem.api.v1alpha1 import InferenceCluster
 from tandem.devcluster.ports import allocate_ports
-from tandem.devcluster.processes import die_with_parent
+from tandem.devcluster.processes import ProcessRecord, die_with_parent, is_running, record_of
 from tandem.faults.netbed import NetBed, NetPlan, net_bed
 from tandem.router.membership import Member, render_members
 from tandem.router.policy import WorkerRole
@@ -110,12 +110,17 @@ class FaultBed:
         return state
 
     def pid_of(self, name: str) -> int:
+        return self.record_of(name).pid
+
+    def record_of(self, name: str) -> ProcessRecord:
+        """Process ``name`` as it runs now (with its start time, so a reused pid never
+        passes for it)."""
         if name == "frontend-b":
-            return self.extra_frontend.pid
+            return record_of(name, self.extra_frontend, _extra_frontend_log(self.supervisor.plan))
         state = self.state()
         if name == "frontend" and state.frontend is not None:
-            return state.frontend.pid
-        return next(w.pid for w in state.workers if w.name == name)
+            return state.frontend.record
+        return next(w.record for w in state.workers if w.name == name)
 
     def frontend_metrics(self) -> str:
         return "\n".join(_get(f"http://{h}:{p}/metrics")[1] for h, p in self.targets)
@@ -154,27 +159,18 @@ class FaultBed:
         signal was sent: until the kernel has torn the process down its listening
         sockets still accept, so a request sent in between is the dying one's, not one
         sent while it was down."""
-        pid = self.pid_of(name)
+        record = self.record_of(name)
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+            os.kill(record.pid, signal.SIGKILL)
         deadline = time.monotonic() + KILL_TIMEOUT_S
-        while _alive(pid):
+        while is_running(record):  # a zombie waiting for the supervisor counts as dead
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{name} (pid {pid}) survived SIGKILL for {KILL_TIMEOUT_S} s")
+                raise TimeoutError(f"{name} (pid {record.pid}) survived SIGKILL")
             time.sleep(0.002)
         return time.monotonic()
 
 
 KILL_TIMEOUT_S = 10.0
-
-
-def _alive(pid: int) -> bool:
-    """Running, as opposed to gone or a zombie waiting for its parent (the supervisor)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 120.0) -> float:
@@ -187,11 +183,14 @@ def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 120.0) -> 
     return time.monotonic()
 
 
+def _extra_frontend_log(plan: LocalPlan) -> Path:
+    return plan.frontend.log.with_name("frontend-b.log")
+
+
 def _start_frontend(plan: LocalPlan, port: int) -> subprocess.Popen[bytes]:
     argv = list(plan.frontend.argv)
     argv[argv.index("--port") + 1] = str(port)
-    log = plan.frontend.log.with_name("frontend-b.log")
-    with log.open("ab") as out:
+    with _extra_frontend_log(plan).open("ab") as out:
         return subprocess.Popen(
             argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=die_with_parent,
