@@ -1,5 +1,6 @@
-"""Shared by the integration tests: worker processes started and stopped for a test, and
-SIGKILLing a worker while requests stream in."""
+"""Shared by the integration tests: worker processes started and stopped for a test,
+``tandem up --detach`` clusters brought up and down, and SIGKILLing a worker while
+requests stream in."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import re
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,7 +19,12 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
+from tandem.api.validate import load_inference_cluster
+from tandem.runtime.launcher import detach, down
+from tandem.runtime.plan import WORKER_MODULE
+from tandem.runtime.state import cluster_dir, read_state
 from tandem.security import CredentialBundle, CredentialStore, issue, write_bundle
 from tandem.worker.client import WorkerClient
 
@@ -196,3 +203,54 @@ async def worker_launcher() -> AsyncIterator[WorkerLauncher]:
     launcher = WorkerLauncher()
     yield launcher
     await launcher.stop_all()
+
+
+class DetachedClusters:
+    """Local clusters started as ``tandem up --detach`` does, under one ``TANDEM_HOME``
+    in ``directory``; ``down_all`` stops every one that was asked for."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.home = directory / "home"
+        self.names: list[str] = []
+
+    def up(self, doc: Mapping[str, Any], *, worker_module: str = WORKER_MODULE) -> str:
+        """Start the InferenceCluster ``doc`` (a parsed manifest); its endpoint once ready."""
+        name = doc["metadata"]["name"]
+        self.names.append(name)
+        path = self.directory / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(dict(doc)))
+        lines: list[str] = []
+        code = detach(path, load_inference_cluster(path), port=0, progress=lines.append,
+                      home=self.home, timeout_s=600, worker_module=worker_module)  # fmt: skip
+        assert code == 0, "\n".join(lines)
+        state = read_state(cluster_dir(name, self.home))
+        assert state is not None
+        return state.endpoint
+
+    def up_all(self, docs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+        """Start ``docs`` side by side (most of a start-up is workers loading weights);
+        endpoints by cluster name."""
+        with ThreadPoolExecutor(len(docs)) as starting:
+            futures = {d["metadata"]["name"]: starting.submit(self.up, d) for d in docs}
+            return {name: future.result() for name, future in futures.items()}
+
+    def down_all(self) -> None:
+        for name in self.names:  # one that never started is "not running": nothing to do
+            down(name, progress=lambda _: None, home=self.home)
+
+
+@pytest.fixture(scope="module")
+def module_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DetachedClusters]:
+    """``DetachedClusters`` shared by a module's tests, stopped after the last one."""
+    clusters = DetachedClusters(tmp_path_factory.mktemp("clusters"))
+    yield clusters
+    clusters.down_all()
+
+
+@pytest.fixture
+def detached_clusters(tmp_path: Path) -> Iterator[DetachedClusters]:
+    """``DetachedClusters`` of one test, stopped after it."""
+    clusters = DetachedClusters(tmp_path)
+    yield clusters
+    clusters.down_all()

@@ -8,7 +8,7 @@ import asyncio
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +16,7 @@ import httpx
 import pytest
 import yaml
 
-from tandem.api.validate import load_inference_cluster
 from tandem.faults.fuzz import fuzz_frontend
-from tandem.runtime.launcher import detach, down
 from tandem.runtime.state import cluster_dir, read_state
 
 pytestmark = pytest.mark.integration
@@ -29,30 +27,18 @@ RANDOM_MODEL = Path(__file__).with_name("random-model.yaml")
 NULL_WORKER = "tandem.bench.doubles.null_worker"
 
 
-def start(tmp_path: Path, name: str, spec_updates: dict[str, Any], token_delay: float) -> str:
+def start(clusters: Any, name: str, spec_updates: dict[str, Any], token_delay: float) -> str:
+    """A cluster of null workers (``token_delay`` s per token) on the random model."""
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["metadata"]["name"] = name
     doc["spec"]["model"] = yaml.safe_load(RANDOM_MODEL.read_text())
     for section, values in spec_updates.items():
         doc["spec"].setdefault(section, {}).update(values)
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(doc))
     os.environ["TANDEM_NULL_WORKER_TOKEN_DELAY"] = str(token_delay)
     try:
-        code = detach(
-            path,
-            load_inference_cluster(path),
-            port=0,
-            progress=lambda _: None,
-            home=tmp_path / "home",
-            worker_module=NULL_WORKER,
-        )
+        return str(clusters.up(doc, worker_module=NULL_WORKER))
     finally:
         del os.environ["TANDEM_NULL_WORKER_TOKEN_DELAY"]
-    assert code == 0
-    state = read_state(cluster_dir(name, tmp_path / "home"))
-    assert state is not None
-    return state.endpoint
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -65,22 +51,13 @@ def metric(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-@pytest.fixture
-def cleanup(tmp_path: Path) -> Iterator[list[str]]:
-    names: list[str] = []
-    yield names
-    for name in names:
-        down(name, progress=lambda _: None, home=tmp_path / "home")
-
-
 def test_killing_a_prefill_worker_mid_traffic_fails_no_request(
-    tmp_path: Path, cleanup: list[str], kill_mid_traffic: Callable[..., Any]
+    detached_clusters: Any, kill_mid_traffic: Callable[..., Any]
 ) -> None:
-    cleanup.append("kill")
     endpoint = start(
-        tmp_path, "kill", {"prefill": {"replicas": 1}, "decode": {"replicas": 2}}, 0.005
+        detached_clusters, "kill", {"prefill": {"replicas": 1}, "decode": {"replicas": 2}}, 0.005
     )
-    state = read_state(cluster_dir("kill", tmp_path / "home"))
+    state = read_state(cluster_dir("kill", detached_clusters.home))
     assert state is not None
     prefill_pid = next(w.pid for w in state.workers if w.component == "prefill")
     body = {"model": "reference", "messages": [{"role": "user", "content": "x" * 200}],
@@ -108,11 +85,10 @@ def test_killing_a_prefill_worker_mid_traffic_fails_no_request(
 
 @pytest.mark.parametrize("max_queued", [8, 256])
 def test_one_hundred_concurrent_32k_requests_are_answered_or_refused(
-    tmp_path: Path, cleanup: list[str], max_queued: int
+    detached_clusters: Any, max_queued: int
 ) -> None:
-    cleanup.append("load")
     endpoint = start(
-        tmp_path,
+        detached_clusters,
         "load",
         {
             "model": {"maxInputTokens": 32768, "maxOutputTokens": 64},
@@ -155,9 +131,8 @@ def test_one_hundred_concurrent_32k_requests_are_answered_or_refused(
 FUZZ_EXAMPLES = 300
 
 
-def test_http_fuzz_never_5xx(tmp_path: Path, cleanup: list[str]) -> None:
-    cleanup.append("fuzz")
-    endpoint = start(tmp_path, "fuzz", {}, 0.0)
+def test_http_fuzz_never_5xx(detached_clusters: Any) -> None:
+    endpoint = start(detached_clusters, "fuzz", {}, 0.0)
     report = fuzz_frontend(endpoint.removesuffix("/v1"), "reference", FUZZ_EXAMPLES)
     print(f"\nfuzz: {report.examples} requests, statuses {report.statuses} "
           f"({report.seconds:.1f}s)")  # fmt: skip
@@ -167,9 +142,8 @@ def test_http_fuzz_never_5xx(tmp_path: Path, cleanup: list[str]) -> None:
     assert 200 in report.statuses  # ... and valid requests
 
 
-def test_client_disconnect_cancels_the_worker_stream(tmp_path: Path, cleanup: list[str]) -> None:
-    cleanup.append("gone")
-    endpoint = start(tmp_path, "gone", {}, 0.05)  # 512 tokens would take ~25 s
+def test_client_disconnect_cancels_the_worker_stream(detached_clusters: Any) -> None:
+    endpoint = start(detached_clusters, "gone", {}, 0.05)  # 512 tokens would take ~25 s
     base = endpoint.removesuffix("/v1")
     body = {"model": "reference", "messages": [{"role": "user", "content": "x" * 100}],
             "max_tokens": 500, "stream": True}  # fmt: skip

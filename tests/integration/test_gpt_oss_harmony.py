@@ -5,7 +5,6 @@ through real processes and the official openai client, disaggregated equal to lo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +13,6 @@ import openai
 import pytest
 import yaml
 
-from tandem.api.validate import load_inference_cluster
-from tandem.runtime.launcher import detach, down
-from tandem.runtime.state import cluster_dir, read_state
 from tandem.tokenization import ChatMessage
 from tandem.tokenization.harmony import HarmonyTokenizer, load_harmony_tokenizer
 
@@ -30,35 +26,17 @@ PROMPTS = [
 ]
 
 
-def start(tmp_path: Path, name: str, prefill_replicas: int) -> str:
-    doc = yaml.safe_load(EXAMPLE.read_text())
+def cluster(name: str, prefill_replicas: int) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     doc["metadata"]["name"] = name
     doc["spec"]["model"].update({"maxInputTokens": 2048, "maxOutputTokens": 32})
     doc["spec"]["prefill"]["replicas"] = prefill_replicas
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    lines: list[str] = []
-    code = detach(path, load_inference_cluster(path), port=0, progress=lines.append,
-                  home=tmp_path / "home", timeout_s=600)  # fmt: skip
-    assert code == 0, "\n".join(lines)
-    state = read_state(cluster_dir(name, tmp_path / "home"))
-    assert state is not None
-    return state.endpoint
+    return doc
 
 
 @pytest.fixture(scope="module")
-def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    tmp_path = tmp_path_factory.mktemp("gpt-oss")
-    started: list[str] = []
-    try:
-        endpoints = {}
-        for name, replicas in (("oss-disagg", 1), ("oss-local", 0)):
-            endpoints[name] = start(tmp_path, name, replicas)
-            started.append(name)
-        yield endpoints
-    finally:
-        for name in started:
-            down(name, progress=lambda _: None, home=tmp_path / "home")
+def clusters(module_clusters: Any) -> dict[str, str]:
+    return dict(module_clusters.up_all([cluster("oss-disagg", 1), cluster("oss-local", 0)]))
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,6 @@ the router's metrics say which path every request took."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +16,6 @@ import httpx
 import openai
 import pytest
 import yaml
-
-from tandem.api.validate import load_inference_cluster
-from tandem.runtime.launcher import detach, down
-from tandem.runtime.state import cluster_dir, read_state
 
 pytestmark = [
     pytest.mark.integration,
@@ -46,36 +40,18 @@ FACTS = [
 MIN_PREFILL_TOKENS = 16
 
 
-def start(tmp_path: Path, name: str, prefill_replicas: int) -> str:
-    doc = yaml.safe_load(EXAMPLE.read_text())
+def cluster(name: str, prefill_replicas: int) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     doc["metadata"]["name"] = name
     doc["spec"]["model"].update({"maxInputTokens": 1024, "maxOutputTokens": 64})
     doc["spec"]["prefill"].update({"replicas": prefill_replicas})
     doc["spec"]["frontend"]["disaggregation"] = {"minPrefillTokens": MIN_PREFILL_TOKENS}
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    lines: list[str] = []
-    code = detach(path, load_inference_cluster(path), port=0, progress=lines.append,
-                  home=tmp_path / "home", timeout_s=600)  # fmt: skip
-    assert code == 0, "\n".join(lines)
-    state = read_state(cluster_dir(name, tmp_path / "home"))
-    assert state is not None
-    return state.endpoint
+    return doc
 
 
 @pytest.fixture(scope="module")
-def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    tmp_path = tmp_path_factory.mktemp("reference")
-    pools = {"disagg": 1, "local": 0}  # prefill replicas
-    try:
-        # Side by side: most of the start-up is each worker reading SmolLM2.
-        with ThreadPoolExecutor(len(pools)) as starting:
-            futures = {n: starting.submit(start, tmp_path, n, r) for n, r in pools.items()}
-            endpoints = {name: future.result() for name, future in futures.items()}
-        yield endpoints
-    finally:
-        for name in pools:  # one that never started is "not running": nothing to do
-            down(name, progress=lambda _: None, home=tmp_path / "home")
+def clusters(module_clusters: Any) -> dict[str, str]:
+    return dict(module_clusters.up_all([cluster("disagg", 1), cluster("local", 0)]))
 
 
 def decisions(endpoint: str) -> dict[str, float]:

@@ -7,7 +7,6 @@ equals the local one token for token only if the handoff really delivered the by
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +15,7 @@ import openai
 import pytest
 import yaml
 
-from tandem.api.validate import load_inference_cluster
 from tandem.engines.simulated.config import HARMONY_FINAL_HEADER, O200K_ORDINARY
-from tandem.runtime.launcher import detach, down
-from tandem.runtime.state import cluster_dir, read_state
 
 pytestmark = [pytest.mark.integration]
 
@@ -31,37 +27,19 @@ LONG_PROMPT = "Disaggregated serving splits prefill from decode. " * 300
 SHORT_PROMPT = "What is the capital of France?"
 
 
-def start(tmp_path: Path, name: str, prefill_replicas: int) -> str:
-    doc = yaml.safe_load(EXAMPLE.read_text())
+def cluster(name: str, prefill_replicas: int) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     doc["metadata"]["name"] = name
     spec = doc["spec"]
     spec["engine"]["options"].update({"speedup": 100, "max_num_tokens": 512})
     spec["frontend"] = {"port": 8000, "disaggregation": {"minPrefillTokens": 64}}
     spec["prefill"]["replicas"] = prefill_replicas
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    lines: list[str] = []
-    code = detach(path, load_inference_cluster(path), port=0, progress=lines.append,
-                  home=tmp_path / "home", timeout_s=600)  # fmt: skip
-    assert code == 0, "\n".join(lines)
-    state = read_state(cluster_dir(name, tmp_path / "home"))
-    assert state is not None
-    return state.endpoint
+    return doc
 
 
 @pytest.fixture(scope="module")
-def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    tmp_path = tmp_path_factory.mktemp("simulated")
-    started: list[str] = []
-    try:
-        endpoints = {}
-        for name, replicas in (("sim-disagg", 1), ("sim-local", 0)):
-            endpoints[name] = start(tmp_path, name, replicas)
-            started.append(name)
-        yield endpoints
-    finally:
-        for name in started:
-            down(name, progress=lambda _: None, home=tmp_path / "home")
+def clusters(module_clusters: Any) -> dict[str, str]:
+    return dict(module_clusters.up_all([cluster("sim-disagg", 1), cluster("sim-local", 0)]))
 
 
 def client(endpoint: str) -> openai.OpenAI:

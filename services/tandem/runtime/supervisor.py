@@ -4,8 +4,8 @@ Every child runs in its own session (its pid is its process group, so stopping s
 everything it forked) and gets ``PR_SET_PDEATHSIG``: if the supervisor dies, even by
 SIGKILL, the kernel sends each child SIGTERM -- no orphans. A child counts as started
 when it prints ``READY <port>``; the cluster is ready when the frontend's ``/readyz``
-says a decode worker is healthy. Workers that die are restarted with backoff, as a
-Deployment would.
+says a decode worker is healthy. Workers that die are restarted with back-off
+(``backoff``), as a Deployment's kubelet would.
 
 Scaling seam (for the local autoscaler): :meth:`Supervisor.scale` adds workers (new
 ports, added to the membership file once ready) or retires the highest-numbered ones
@@ -37,13 +37,13 @@ from tandem.devcluster.ports import allocate_ports
 from tandem.devcluster.processes import die_with_parent, record_of, stop
 from tandem.router.membership import Member, write_members
 from tandem.router.policy import WorkerRole
+from tandem.runtime.backoff import crashes_in_a_row, restart_delay
 from tandem.runtime.plan import LocalPlan, ProcessSpec, plan_worker
 from tandem.runtime.state import ClusterState, Phase, ProcessState, write_state
 from tandem.security import CredentialBundle, issue, write_bundle
 from tandem.security.credentials import utc_now
 
 _POLL_S = 0.1
-_MAX_BACKOFF_S = 30.0
 _READY_PREFIX = "READY "
 
 
@@ -56,7 +56,8 @@ class _Child:
     spec: ProcessSpec
     popen: subprocess.Popen[bytes]
     log_offset: int  # where this incarnation's output starts in the log
-    restarts: int = 0
+    started_at: float  # time.monotonic() at launch
+    crashes: int = 0  # in a row, this incarnation's death not counted yet (backoff)
     restart_at: float | None = None
 
     def state(self, *, retiring: bool = False) -> ProcessState:
@@ -235,7 +236,7 @@ class Supervisor:
                 env={**os.environ, **dict(spec.env)},
                 preexec_fn=die_with_parent,  # only calls prctl(2)
             )
-        child = _Child(spec=spec, popen=popen, log_offset=offset)
+        child = _Child(spec=spec, popen=popen, log_offset=offset, started_at=time.monotonic())
         self._children[spec.name] = child
         return child
 
@@ -270,14 +271,15 @@ class Supervisor:
             if child.popen.poll() is None:
                 continue
             if child.restart_at is None:
-                delay = min(_MAX_BACKOFF_S, 2.0**child.restarts)
+                child.crashes = crashes_in_a_row(child.crashes, now - child.started_at)
+                delay = restart_delay(child.crashes)
                 child.restart_at = now + delay
                 self._progress(
                     f"{child.spec.name} exited ({child.popen.returncode}); restart in {delay:.0f}s"
                 )
             elif now >= child.restart_at:
                 replacement = self._launch(child.spec)
-                replacement.restarts = child.restarts + 1
+                replacement.crashes = child.crashes
                 self._save()
 
     def _stop_children(self, children: list[_Child]) -> None:
