@@ -138,6 +138,17 @@ SECTIONS = (
         600,
     ),
     Section(
+        "autoscale-live",
+        "Autoscaler in the real loop vs the SLO oracle (simulated GB200)",
+        "tandem.bench.autoscale_live",
+        "Traces replayed in real time by the `openai` client against `tandem up` with the "
+        "builtin autoscaler starting, draining and stopping simulated gpt-oss-120b workers: "
+        "the share of requests within the SLO and the GPU-seconds spent, against an oracle "
+        "that finds per interval the fewest workers serving every request within the SLO "
+        "on the same engines in virtual time.",
+        3600,
+    ),
+    Section(
         "real-node",
         "Real pods: images, the user's journey on a real kubelet, node memory",
         "tandem.bench.real_node",

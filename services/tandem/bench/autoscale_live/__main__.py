@@ -1,0 +1,164 @@
+"""``python -m tandem.bench.autoscale_live``: the live replay of every trace under each
+policy variant, judged against the SLO oracle; prints the markdown section (see the
+package docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import itertools
+import logging
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tandem.api.v1alpha1 import InferenceCluster, PoolRole
+from tandem.autoscale.slo_oracle import IntervalPlan, plan_interval, plan_trace
+from tandem.autoscale.traces import Arrival, Trace, generate_arrivals
+from tandem.bench.autoscale_live.judge import build_ticks, judge_pool
+from tandem.bench.autoscale_live.replay import FIRST_INDEX, replay
+from tandem.bench.autoscale_live.report import (
+    INTERVAL_S,
+    PROFILE,
+    SEED,
+    SLO,
+    TraceResult,
+    Variant,
+    render_report,
+)
+from tandem.bench.autoscale_live.traces import build_live_traces
+from tandem.bench.goodput.points import Split
+from tandem.bench.goodput.stack import render_cluster
+from tandem.bench.goodput.workload import build_prompt
+from tandem.engines.simulated.config import SimulatedConfig
+from tandem.perf.model import compute_prefill_seconds
+from tandem.sim.cluster import SimRequest
+from tandem.sim.spec_setup import compute_setup
+from tandem.tokenization.harmony import HarmonyTokenizer, load_harmony_tokenizer
+
+MAX_PREFILL, MAX_DECODE = 4, 2
+VARIANTS = (
+    # docs/autoscaling.md's guidance: 0.8x a worker's prefill rate, the pool free to empty.
+    Variant("defaults", prefill_floor=0, target_share=0.8),
+    # What the SLO oracle's plans ask for: a prefill worker kept warm, and a rate target
+    # that leaves queueing headroom for a 2 s TTFT on 0.3 s prefills.
+    Variant("warm prefill, 0.5x", prefill_floor=1, target_share=0.5),
+)
+
+
+def prefill_target_tokens_per_second(share: float) -> int:
+    """``share`` of one worker's modelled prefill rate on 32k prompts."""
+    perf = SimulatedConfig.from_options({"accelerator": PROFILE, "kv_cache_dtype": "fp8"}).perf
+    return int(share * 32768 / compute_prefill_seconds(perf, 32768, 8192))
+
+
+def render_live_cluster(name: str, variant: Variant) -> dict[str, Any]:
+    """The goodput section's deployment (TP1 simulated GB200 workers, conditional
+    disaggregation at 2,048 tokens, real time), its pools free to scale."""
+    document = render_cluster(name, PROFILE, Split(1, 1), 1.0)
+    spec = document["spec"]
+    floor = variant.prefill_floor
+    spec["prefill"].update({"replicas": 1, "minReplicas": floor, "maxReplicas": MAX_PREFILL})
+    spec["decode"].update({"replicas": 1, "minReplicas": 1, "maxReplicas": MAX_DECODE})
+    target = prefill_target_tokens_per_second(variant.target_share)
+    spec["autoscaling"] = {
+        "enabled": True,
+        "intervalSeconds": INTERVAL_S,
+        "prefill": {"targetTokensPerSecondPerReplica": target},
+    }
+    return document
+
+
+def build_prompts(tokenizer: HarmonyTokenizer, arrivals: Sequence[Arrival]) -> list[str]:
+    """Distinct prompts (their first block differs) rendering to each arrival's length."""
+    templates: dict[int, str] = {}
+    prompts = []
+    for index, arrival in enumerate(arrivals):
+        isl = arrival.prompt_tokens
+        if isl not in templates:
+            templates[isl] = build_prompt(tokenizer, isl, FIRST_INDEX)
+        head = f"Request {FIRST_INDEX + index}:"
+        prompts.append(templates[isl].replace(f"Request {FIRST_INDEX}:", head, 1))
+    return prompts
+
+
+def plan_stretches(
+    trace: Trace, arrivals: Sequence[Arrival], cluster: InferenceCluster
+) -> list[IntervalPlan]:
+    """The oracle over each constant-load stretch of the trace as a whole."""
+    setup, limits = compute_setup(cluster.spec)
+    edges = [0.0, *trace.change_points(), trace.duration_seconds]
+    times = [a.at for a in arrivals]
+    plans = []
+    for start, end in itertools.pairwise(edges):
+        lo, hi = bisect.bisect_left(times, start), bisect.bisect_left(times, end)
+        requests = [
+            SimRequest(a.at - start, a.prompt_tokens, a.output_tokens) for a in arrivals[lo:hi]
+        ]
+        plans.append(plan_interval(requests, start, end, setup, limits, SLO))
+    return plans
+
+
+def run_trace(
+    home: Path, trace: Trace, variant: Variant, tokenizer: HarmonyTokenizer
+) -> TraceResult:
+    arrivals = generate_arrivals(trace, SEED)
+    prompts = build_prompts(tokenizer, arrivals)
+    name = f"live-{trace.name}-{variant.prefill_floor}-{variant.target_share:g}"
+    document = render_live_cluster(name, variant)
+    cluster = InferenceCluster.model_validate(document)
+    run = replay(home, name, document, arrivals, prompts, trace.duration_seconds)
+    setup, limits = compute_setup(cluster.spec)
+    plans = plan_trace(arrivals, trace.duration_seconds, INTERVAL_S, setup, limits, SLO)
+    stretches = plan_stretches(trace, arrivals, cluster)
+    settle = cluster.spec.autoscaling.prefill.scale_down_stabilization_seconds + INTERVAL_S
+    records = list(run.ticks.values())
+    verdicts = {
+        role: judge_pool(
+            role,
+            trace,
+            build_ticks(records, role, run.started_wall, stretches, trace.duration_seconds),
+            run.samples,
+            plans,
+            settle,
+        )
+        for role in PoolRole
+    }
+    mismatched = sum(
+        1 for s, a in zip(run.served, arrivals, strict=True)
+        if not s.error and s.prompt_tokens != a.prompt_tokens
+    )  # fmt: skip
+    if mismatched:
+        logging.warning("%s: %d prompts were not their trace length", name, mismatched)
+    return TraceResult(trace, variant, run, plans, verdicts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tandem.bench.autoscale_live")
+    parser.add_argument("--seconds", type=float, default=240.0, help="each trace's length")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiplies every rate")
+    parser.add_argument("--only", action="append", help="trace names to run")
+    parser.add_argument("--variant", action="append", help="variant names to run")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    traces = build_live_traces(args.scale, args.seconds)
+    traces = [t for t in traces if not args.only or t.name in args.only]
+    variants = [v for v in VARIANTS if not args.variant or v.name in args.variant]
+    tokenizer = load_harmony_tokenizer()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="tandem-autoscale-live-") as tmp:
+        results = [
+            run_trace(Path(tmp), trace, variant, tokenizer)
+            for variant in variants
+            for trace in traces
+        ]
+    targets = {v.name: prefill_target_tokens_per_second(v.target_share) for v in variants}
+    print(render_report(results, targets, time.monotonic() - started))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
