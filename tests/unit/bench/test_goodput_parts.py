@@ -20,10 +20,11 @@ from tandem.bench.goodput.points import (
     compute_steady_throughput,
     find_goodput,
 )
-from tandem.bench.goodput.report import compute_frontier
+from tandem.bench.goodput.report import compute_frontier, plot_pareto
 from tandem.bench.goodput.stack import read_pacing, render_cluster
 from tandem.bench.goodput.workload import build_prompt
 from tandem.engines.simulated.pacing import Pacer
+from tandem.perf.ideal import IdealPoint
 from tandem.sim.metrics import Percentiles, Slo, compute_percentiles
 from tandem.tokenization import ChatMessage
 from tandem.tokenization.harmony import load_harmony_tokenizer
@@ -173,3 +174,15 @@ def test_goodput_table_verdicts_and_sensitivity() -> None:
     # concurrency, so it is only a floor.
     assert "2,000 vs 4,000 (2.00x)" in sensitivity
     assert ">= 5,000 vs 6,000 (<= 1.20x)" in sensitivity
+
+
+def test_the_pareto_plot_is_written_with_model_and_aiperf_points(tmp_path: Path) -> None:
+    model = [
+        point(Split(0, 4), 8, 1.0, 0.004, 2000.0, 250),
+        point(Split(2, 2), 16, 1.0, 0.005, 3600.0, 200),
+    ]
+    measured = [dataclasses.replace(model[1], source="aiperf", tokens_per_second=3400.0)]
+    ideal = [IdealPoint(8, 0.004, 0.5, 2500.0), IdealPoint(32, 0.008, 0.5, 5000.0)]
+    image = plot_pareto(tmp_path / "img" / "p.png", "t", [*model, *measured], ideal,
+                        Slo(2.0, 0.006))  # fmt: skip
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tandem.bench.goodput.points import Point, compute_ratio, find_goodput
 from tandem.perf.ideal import IdealPoint, find_best_within
 from tandem.sim.metrics import Slo
+from tandem.sim.plot import pareto_chart
+
+if TYPE_CHECKING:  # matplotlib is optional (the plot extra)
+    from matplotlib.axes import Axes
 
 
 def compute_frontier(points: Iterable[Point]) -> list[Point]:
@@ -156,12 +161,12 @@ def plot_pareto(
 ) -> Path:
     """tokens/s/GPU against tokens/s/user: modelled frontiers of agg and disagg, the
     rate-matched ideal, aiperf's points, and the ITL SLO."""
-    import matplotlib
+    with pareto_chart(path, title, ideal, slo) as ax:
+        _draw_points(ax, points)
+    return path
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+def _draw_points(ax: Axes, points: Sequence[Point]) -> None:
     model = [p for p in points if p.source == "model"]
     for label, chosen, style in (
         ("aggregated (model)", [p for p in model if p.split.aggregated], "-"),
@@ -174,13 +179,6 @@ def plot_pareto(
             style,
             label=label,
         )
-    ax.plot(
-        [q.tokens_per_second_per_user for q in ideal],
-        [q.tokens_per_second_per_gpu for q in ideal],
-        "k--",
-        linewidth=1,
-        label="rate-matched ideal",
-    )
     for aggregated, marker in ((True, "o"), (False, "^")):
         chosen = [p for p in points if p.source == "aiperf" and p.split.aggregated is aggregated]
         if chosen:
@@ -200,15 +198,3 @@ def plot_pareto(
                     xytext=(3, 3),
                     textcoords="offset points",
                 )
-    ax.axvline(1.0 / slo.itl_p90_s, color="grey", linestyle=":", linewidth=1)
-    ax.text(1.0 / slo.itl_p90_s, ax.get_ylim()[1] * 0.95, " ITL SLO", fontsize=7, color="grey")
-    ax.set_xlabel("tokens/s/user")
-    ax.set_ylabel("tokens/s/GPU")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
