@@ -6,9 +6,10 @@ import dataclasses
 
 import pytest
 
-from tandem.api.v1alpha1 import PoolRole
+from tandem.api.v1alpha1 import InferenceCluster, PoolRole
 from tandem.autoscale.slo_oracle import IntervalPlan
 from tandem.autoscale.traces import Phase, RequestShape, Stream, Trace
+from tandem.bench.autoscale_live.__main__ import VARIANTS, cluster_name, render_live_cluster
 from tandem.bench.autoscale_live.judge import (
     build_ticks,
     compute_live_attainment,
@@ -121,3 +122,16 @@ def test_a_run_meets_the_targets_or_says_which_it_missed() -> None:
     assert result(bad, 2, (3, 1), 2).missed() == [
         "attainment 90%", "GPU-s", "reaction 1/2 > 2", "flaps"
     ]  # fmt: skip
+
+
+def test_every_trace_and_policy_is_a_valid_cluster_of_its_own() -> None:
+    names = set()
+    for variant in VARIANTS:
+        for trace in build_live_traces():
+            document = render_live_cluster(cluster_name(trace, variant), variant)
+            cluster = InferenceCluster.model_validate(document)
+            names.add(cluster.metadata.name)
+            prefill = cluster.spec.prefill
+            assert (prefill.min_replicas, prefill.max_replicas) == (variant.prefill_floor, 4)
+            assert cluster.spec.autoscaling.enabled
+    assert len(names) == len(VARIANTS) * len(build_live_traces())

@@ -55,6 +55,11 @@ def prefill_target_tokens_per_second(share: float) -> int:
     return int(share * 32768 / compute_prefill_seconds(perf, 32768, 8192))
 
 
+def cluster_name(trace: Trace, variant: Variant) -> str:
+    """A DNS label: the trace, the floor and the share in percent."""
+    return f"live-{trace.name}-{variant.prefill_floor}-{round(variant.target_share * 100)}"
+
+
 def render_live_cluster(name: str, variant: Variant) -> dict[str, Any]:
     """The goodput section's deployment (TP1 simulated GB200 workers, conditional
     disaggregation at 2,048 tokens, real time), its pools free to scale."""
@@ -107,7 +112,7 @@ def run_trace(
 ) -> TraceResult:
     arrivals = generate_arrivals(trace, SEED)
     prompts = build_prompts(tokenizer, arrivals)
-    name = f"live-{trace.name}-{variant.prefill_floor}-{variant.target_share:g}"
+    name = cluster_name(trace, variant)
     document = render_live_cluster(name, variant)
     cluster = InferenceCluster.model_validate(document)
     run = replay(home, name, document, arrivals, prompts, trace.duration_seconds)
