@@ -238,7 +238,7 @@ def soak_prompt(index: int) -> str:
 def soak_cluster(name: str = "soak") -> dict[str, object]:
     """The reference example's shape (1 prefill + 1 decode, KV over NIXL on loopback)
     with a short frontend queue, so overload shows as 429s rather than as a long wait,
-    and a KV pool the warm-up fills."""
+    and a small KV pool."""
     from tandem.faults.scenarios import fault_cluster
 
     doc = fault_cluster(name).to_wire()
@@ -247,9 +247,9 @@ def soak_cluster(name: str = "soak") -> dict[str, object]:
     spec["decode"] = {"replicas": 1, "minReplicas": 1, "maxReplicas": 1}
     spec["kvTransfer"] = {"backend": "nixl", "ucxTransports": ["tcp"]}
     spec["frontend"]["maxQueuedRequests"] = 16
-    # A KV pool (4096 blocks x 8 KiB = 32 MiB) small enough that the prefix cache fills it
-    # during warm-up: the default pool (128 MiB, touched page by page as the cache grows)
-    # would show as RSS growth for many minutes without being a leak.
+    # A KV pool (4096 blocks x 8 KiB = 32 MiB) small enough that the prefix caches fill
+    # it and evict during the run. (It is resident from the start either way: a pool
+    # touched block by block as the cache fills grew a decode worker's RSS for minutes.)
     spec["engine"]["options"] = {"num_kv_blocks": 4096}
     return doc
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -82,6 +85,28 @@ def test_pool_allocates_lowest_first_and_accounts() -> None:
     pool.decref(first[::-1])  # as a sequence releases: its last block first
     assert pool.num_free == 10
     assert pool.allocate(10) == list(range(10))
+
+
+def _resident_fraction(array: np.ndarray) -> float:
+    """Share of ``array``'s pages in memory (mincore(2))."""
+    start = array.ctypes.data // mmap.PAGESIZE * mmap.PAGESIZE
+    length = array.ctypes.data + array.nbytes - start
+    pages = -(-length // mmap.PAGESIZE)
+    resident = (ctypes.c_ubyte * pages)()
+    mincore = ctypes.CDLL(None, use_errno=True).mincore
+    mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    assert mincore(start, length, resident) == 0, ctypes.get_errno()
+    return sum(flag & 1 for flag in resident) / pages
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="mincore(2) as Linux defines it")
+def test_pool_is_resident_from_the_start() -> None:
+    """The pool's memory is taken when the engine starts, not block by block as the
+    prefix cache fills it (a worker's RSS grew for minutes into the soak)."""
+    pool = KvPool(ReferenceModelConfig(num_kv_blocks=8192))  # 64 MiB: mapped on its own
+    assert pool.blocks.nbytes == 64 << 20
+    assert _resident_fraction(pool.blocks) == 1.0
+    assert not pool.blocks.any()
 
 
 def test_region_is_one_contiguous_buffer_of_all_blocks(tiny_config: TinyConfigFactory) -> None:

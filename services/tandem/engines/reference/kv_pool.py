@@ -29,11 +29,16 @@ class KvPool:
 
     def __init__(self, config: ReferenceModelConfig) -> None:
         self.block_size = config.kv_block_size
-        # np.zeros maps lazily: untouched blocks cost no resident memory.
-        self.blocks: Float32Array = np.zeros(
+        self.blocks: Float32Array = np.empty(
             (config.num_kv_blocks, config.kv_block_size, 2, config.num_kv_heads, config.head_dim),
             dtype=np.float32,
         )
+        # Written now, page by page, so the whole pool is resident from the start, as a
+        # serving engine reserves its KV cache at start-up. Mapped lazily (np.zeros), each
+        # page would cost memory at its first use instead: the prefix cache keeps freed
+        # blocks, so the process would grow until the cache had filled the pool, minutes
+        # or hours into serving, where a memory limit should be met at start-up.
+        self.blocks.fill(0.0)
         self._refs = [0] * config.num_kv_blocks
         self._cached = [False] * config.num_kv_blocks
         self._plain: list[int] = list(range(config.num_kv_blocks - 1, -1, -1))
