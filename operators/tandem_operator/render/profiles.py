@@ -132,7 +132,9 @@ PROFILES: Mapping[AcceleratorProfile, HardwareProfile] = {
 LOOSE_SPREAD_MAX_SKEW = 64
 
 # A reference worker with no requests would be packed without limit; this is its floor.
-DEFAULT_CPU_REQUESTS: Mapping[str, str] = {"cpu": "1", "memory": "1Gi"}
+# Memory: a SmolLM2 worker holds ~1.2 GiB from start-up (weights, and its 384 MiB KV pool
+# reserved at start), so the scheduler counts what the pod really uses.
+DEFAULT_CPU_REQUESTS: Mapping[str, str] = {"cpu": "1", "memory": "1536Mi"}
 
 
 @dataclass(frozen=True, slots=True)

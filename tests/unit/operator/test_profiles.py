@@ -71,7 +71,7 @@ def test_gpu_workers_request_whole_gpus_and_shared_memory() -> None:
 
 def test_cpu_workers_get_default_requests_and_no_gpu_placement() -> None:
     hardware = render_worker_hardware(AcceleratorProfile.CPU, PoolSpec(), KvTransferSpec())
-    assert hardware.resources == {"requests": {"cpu": "1", "memory": "1Gi"}}
+    assert hardware.resources == {"requests": {"cpu": "1", "memory": "1536Mi"}}
     assert hardware.affinity is None
     assert hardware.tolerations == []
     # KV over TCP on the pod network only (never the pod's own loopback).
