@@ -106,8 +106,10 @@ def compute_router_config(config: FrontendConfig) -> RouterConfig:
     """Pure: the router settings a frontend document asks for."""
     tuning = config.router
     max_input = config.model.max_input_tokens
+    # A GPU prefills a long prompt in about a second; the CPU reference engine takes
+    # minutes, and the simulated engine's clock may run many times slower than real time
+    # (speedup < 1), so a queue of prompts modelled in seconds can take minutes.
     trtllm = config.engine_kind is EngineKind.TRTLLM
-    # The CPU reference engine prefills a long prompt in minutes, a GPU in about a second.
     prefill_timeout = tuning.prefill_timeout_seconds or (120.0 if trtllm else 900.0)
     queued = config.frontend.max_queued_requests
     policy = PolicyConfig(

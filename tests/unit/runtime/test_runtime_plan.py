@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tandem.api.base import OpenObject
-from tandem.api.v1alpha1 import InferenceCluster, PoolRole
+from tandem.api.v1alpha1 import EngineKind, InferenceCluster, PoolRole
 from tandem.api.validate import load_inference_cluster
 from tandem.frontend.config import FrontendConfig, compute_router_config
 from tandem.router.membership import parse_members
@@ -179,3 +179,16 @@ def test_simulated_workers_model_the_specs_gpu_model_and_parallelism(tmp_path: P
     assert options["prefill"] == {**common, "tensor_parallel_size": 1, "speedup": 1}
     # The pool's own options win over the cluster's; the spec fills only what is unset.
     assert options["decode"] == {**common, "tensor_parallel_size": 4, "speedup": 5}
+
+
+@pytest.mark.parametrize(
+    ("kind", "timeout_s"),
+    [(EngineKind.REFERENCE, 900.0), (EngineKind.SIMULATED, 900.0), (EngineKind.TRTLLM, 120.0)],
+)
+def test_only_a_real_gpu_engine_gets_the_short_prefill_timeout(
+    tmp_path: Path, kind: EngineKind, timeout_s: float
+) -> None:
+    docs = {path.name: text for path, text in plan(cluster(1, 1), tmp_path).documents.items()}
+    frontend = FrontendConfig.model_validate(json.loads(docs["frontend.json"]))
+    router = compute_router_config(frontend.model_copy(update={"engine_kind": kind}))
+    assert router.prefill_timeout_seconds == timeout_s
