@@ -17,7 +17,7 @@ from tandem.bench.autoscale_live.judge import (
     judge_pool,
 )
 from tandem.bench.autoscale_live.replay import LiveRun, Served, WorkerSample
-from tandem.bench.autoscale_live.report import TraceResult, Variant
+from tandem.bench.autoscale_live.report import TraceResult, Variant, render_report
 from tandem.bench.autoscale_live.traces import build_live_traces
 from tandem.runtime.scaling_record import TickPool, TickRecord
 from tandem.sim.metrics import Slo
@@ -135,3 +135,13 @@ def test_every_trace_and_policy_is_a_valid_cluster_of_its_own() -> None:
             assert (prefill.min_replicas, prefill.max_replicas) == (variant.prefill_floor, 4)
             assert cluster.spec.autoscaling.enabled
     assert len(names) == len(VARIANTS) * len(build_live_traces())
+
+
+def test_the_report_gives_each_run_a_verdict_row_and_a_why_row() -> None:
+    one = result([served(t, 1.0, 0.005) for t in range(20)], 2, (3,), None)
+    one.run.decisions = {"long_prompt": 12.0, "prefill_saturated": 5.0}
+    text = render_report([one], {"v": 87_666}, 1.0)
+    verdict, why = (line for line in text.splitlines() if line.startswith("| v | t |"))
+    assert "30 vs 20 (1.50x)" in verdict and "missed: GPU-s, reaction 1/1 > 2" in verdict
+    assert "| 0 / 0 / 0 | 0, 0, 5 |" in why  # none over; 5 diverted while saturated
+    assert "targetTokensPerSecondPerReplica 87,666" in text

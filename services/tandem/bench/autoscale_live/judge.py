@@ -3,8 +3,9 @@
 - **attainment**: share of the trace's requests answered within the SLO (TTFT and the
   request's mean ITL, as the oracle judges), overall and over the intervals the oracle
   can serve at 100% with the pools' limits;
-- **GPU-seconds**: worker processes that existed (starting, serving or draining) times
-  GPUs per worker, over the trace's duration, against the oracle's per-interval plans;
+- **worker-seconds**: worker processes that existed (starting, serving or draining),
+  over the trace's duration, against the oracle's per-interval plans (GPU-seconds, as
+  every worker of the live replay is one TP1 GPU);
 - **reaction** and **flaps** as the simulator's figures define them
   (``tandem.autoscale.figures``), with the need of each constant-load stretch taken from
   the oracle run over the whole stretch (per-interval plans follow Poisson noise, which

@@ -56,10 +56,18 @@ class TraceResult:
         return compute_live_attainment(self.run.served, SLO, self.plans)
 
     @property
+    def gpu_seconds(self) -> float:
+        """Both pools' worker-seconds (TP1 workers: one GPU each)."""
+        return sum(v.worker_seconds for v in self.verdicts.values())
+
+    @property
+    def oracle_gpu_seconds(self) -> float:
+        return sum(v.oracle_worker_seconds for v in self.verdicts.values())
+
+    @property
     def gpu_ratio(self) -> float:
-        oracle = sum(v.oracle_worker_seconds for v in self.verdicts.values())
-        live = sum(v.worker_seconds for v in self.verdicts.values())
-        return live / oracle if oracle else float("nan")
+        oracle = self.oracle_gpu_seconds
+        return self.gpu_seconds / oracle if oracle else float("nan")
 
     @property
     def reactions(self) -> list[int | None]:
@@ -93,13 +101,12 @@ def render_verdict_row(result: TraceResult) -> str:
     decode = result.verdicts[PoolRole.DECODE]
     every = all(p.attainable for p in result.plans)
     missed = result.missed()
-    live = sum(v.worker_seconds for v in result.verdicts.values())
-    oracle = sum(v.oracle_worker_seconds for v in result.verdicts.values())
     return (
         f"| {result.variant.name} | {result.trace.name} | "
         f"{compute_live_attainment(result.run.served, SLO):.1%} | "
         f"{result.attainment:.1%}{'' if every else ' (attainable intervals)'} | "
-        f"{live:,.0f} vs {oracle:,.0f} ({result.gpu_ratio:.2f}x) | "
+        f"{result.gpu_seconds:,.0f} vs {result.oracle_gpu_seconds:,.0f} "
+        f"({result.gpu_ratio:.2f}x) | "
         f"{_reactions(prefill.reactions)} | {_reactions(decode.reactions)} | "
         f"{'n/a' if result.flaps is None else result.flaps} | "
         f"{'missed: ' + ', '.join(missed) if missed else 'met'} |"
