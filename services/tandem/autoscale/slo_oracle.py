@@ -17,6 +17,7 @@ unattainable (attainment of its best candidate given), and the comparison leaves
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -107,17 +108,28 @@ def plan_trace(
     min_decode: int = 1,
 ) -> list[IntervalPlan]:
     """One plan per ``interval_s`` of the trace (arrivals in time order)."""
+    edges = [*itertools.takewhile(lambda t: t < duration_s, itertools.count(0.0, interval_s))]
+    return plan_windows(arrivals, [*edges, duration_s], setup, limits, slo, min_decode)
+
+
+def plan_windows(
+    arrivals: Sequence[Arrival],
+    edges: Sequence[float],
+    setup: Setup,
+    limits: Limits,
+    slo: Slo,
+    min_decode: int = 1,
+) -> list[IntervalPlan]:
+    """One plan per window between consecutive ``edges`` (arrivals in time order), each
+    judged on its own requests from idle workers."""
     times = [a.at for a in arrivals]
     plans = []
-    start = 0.0
-    while start < duration_s:
-        end = min(start + interval_s, duration_s)
+    for start, end in itertools.pairwise(edges):
         lo, hi = bisect.bisect_left(times, start), bisect.bisect_left(times, end)
         requests = [
             SimRequest(a.at - start, a.prompt_tokens, a.output_tokens) for a in arrivals[lo:hi]
         ]
         plans.append(plan_interval(requests, start, end, setup, limits, slo, min_decode))
-        start = end
     return plans
 
 

@@ -11,6 +11,7 @@ from tandem.autoscale.slo_oracle import (
     enumerate_candidates,
     plan_interval,
     plan_trace,
+    plan_windows,
 )
 from tandem.autoscale.traces import Arrival
 from tandem.engines.simulated import SimulatedEngine
@@ -63,6 +64,15 @@ def test_a_trace_is_planned_interval_by_interval() -> None:
         (10.0, 20.0, 2, 2),
     ]
     assert compute_gpu_seconds(plans) == pytest.approx(1 * 10 + 2 * 10)
+
+
+def test_windows_of_any_length_are_planned_on_their_own_requests() -> None:
+    arrivals = [Arrival(3.0, 1024, 32), Arrival(12.0, 1024, 32), Arrival(12.0, 1024, 32)]
+    plans = plan_windows(arrivals, [0.0, 7.5, 25.0], SETUP, LIMITS, two_at_once_slo())
+    assert [(p.start, p.end, p.gpus, p.requests) for p in plans] == [
+        (0.0, 7.5, 1, 1),
+        (7.5, 25.0, 2, 2),
+    ]
 
 
 def test_a_target_no_deployment_meets_is_unattainable() -> None:

@@ -5,8 +5,6 @@ package docstring)."""
 from __future__ import annotations
 
 import argparse
-import bisect
-import itertools
 import logging
 import sys
 import tempfile
@@ -16,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tandem.api.v1alpha1 import InferenceCluster, PoolRole
-from tandem.autoscale.slo_oracle import IntervalPlan, plan_interval, plan_trace
+from tandem.autoscale.slo_oracle import plan_trace, plan_windows
 from tandem.autoscale.traces import Arrival, Trace, generate_arrivals
 from tandem.bench.autoscale_live.judge import build_ticks, judge_pool
 from tandem.bench.autoscale_live.replay import FIRST_INDEX, replay
@@ -35,7 +33,6 @@ from tandem.bench.goodput.stack import render_cluster
 from tandem.bench.goodput.workload import build_prompt
 from tandem.engines.simulated.config import SimulatedConfig
 from tandem.perf.model import compute_prefill_seconds
-from tandem.sim.cluster import SimRequest
 from tandem.sim.spec_setup import compute_setup
 from tandem.tokenization.harmony import HarmonyTokenizer, load_harmony_tokenizer
 
@@ -90,23 +87,6 @@ def build_prompts(tokenizer: HarmonyTokenizer, arrivals: Sequence[Arrival]) -> l
     return prompts
 
 
-def plan_stretches(
-    trace: Trace, arrivals: Sequence[Arrival], cluster: InferenceCluster
-) -> list[IntervalPlan]:
-    """The oracle over each constant-load stretch of the trace as a whole."""
-    setup, limits = compute_setup(cluster.spec)
-    edges = [0.0, *trace.change_points(), trace.duration_seconds]
-    times = [a.at for a in arrivals]
-    plans = []
-    for start, end in itertools.pairwise(edges):
-        lo, hi = bisect.bisect_left(times, start), bisect.bisect_left(times, end)
-        requests = [
-            SimRequest(a.at - start, a.prompt_tokens, a.output_tokens) for a in arrivals[lo:hi]
-        ]
-        plans.append(plan_interval(requests, start, end, setup, limits, SLO))
-    return plans
-
-
 def run_trace(
     home: Path, trace: Trace, variant: Variant, tokenizer: HarmonyTokenizer
 ) -> TraceResult:
@@ -118,7 +98,9 @@ def run_trace(
     run = replay(home, name, document, arrivals, prompts, trace.duration_seconds)
     setup, limits = compute_setup(cluster.spec)
     plans = plan_trace(arrivals, trace.duration_seconds, INTERVAL_S, setup, limits, SLO)
-    stretches = plan_stretches(trace, arrivals, cluster)
+    # The need of each constant-load stretch as a whole, for reaction and flaps.
+    edges = [0.0, *trace.change_points(), trace.duration_seconds]
+    stretches = plan_windows(arrivals, edges, setup, limits, SLO)
     settle = cluster.spec.autoscaling.prefill.scale_down_stabilization_seconds + INTERVAL_S
     records = list(run.ticks.values())
     verdicts = {
