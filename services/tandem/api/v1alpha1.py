@@ -161,6 +161,16 @@ class DisaggregationSpec(ApiModel):
         description="Prompts with fewer uncached tokens than this prefill locally on the "
         "decode worker instead of moving KV.",
     )
+    max_prefill_wait_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=3600,
+        description="The longest a long prompt may take on the prefill pool, its queue "
+        "included (queued tokens over each worker's measured prefill rate); when every "
+        "prefill worker would take longer, it is prefilled on its decode worker instead. "
+        "Set it to the time-to-first-token target. Unset: a prefill worker with four "
+        "maximal prompts queued takes no more.",
+    )
 
 
 class FrontendSpec(ApiModel):

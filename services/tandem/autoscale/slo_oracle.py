@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from tandem.autoscale.traces import Arrival
-from tandem.sim.cluster import ClusterSim, Deployment, Outcome, SimRequest
+from tandem.sim.cluster import ClusterSim, Outcome, SimRequest
 from tandem.sim.metrics import Slo
 from tandem.sim.planner import Limits, Setup
 
@@ -82,10 +82,7 @@ def plan_interval(
     best: tuple[float, int, int] | None = None
     until = requests[-1].arrival + DRAIN_LIMIT_S
     for prefill, decode in enumerate_candidates(limits, min_decode):
-        deployment = Deployment(
-            prefill, decode, setup.prefill_options, setup.decode_options, setup.min_prefill_tokens
-        )
-        outcomes = ClusterSim(deployment).run_open(requests, until=until)
+        outcomes = ClusterSim(setup.deployment(prefill, decode)).run_open(requests, until=until)
         attainment = compute_attainment(outcomes, slo, len(requests))
         gpus = prefill * limits.prefill_tp + decode * limits.decode_tp
         if attainment >= 1.0:

@@ -146,7 +146,7 @@ SECTIONS = (
         "the share of requests within the SLO and the GPU-seconds spent, against an oracle "
         "that finds per interval the fewest workers serving every request within the SLO "
         "on the same engines in virtual time.",
-        3600,
+        4800,  # three policies x four traces of ~4 min each, real time
     ),
     Section(
         "real-node",

@@ -33,6 +33,7 @@ class _Doc(BaseModel):
 
 class DisaggregationSettings(_Doc):
     min_prefill_tokens: int = Field(default=512, ge=0)
+    max_prefill_wait_seconds: float | None = Field(default=None, gt=0)
 
 
 class FrontendSettings(_Doc):
@@ -115,8 +116,10 @@ def compute_router_config(config: FrontendConfig) -> RouterConfig:
     policy = PolicyConfig(
         routing=config.frontend.routing_policy,
         min_prefill_tokens=config.frontend.disaggregation.min_prefill_tokens,
-        # A prefill worker with several maximal prompts queued is saturated.
+        # A prefill worker with several maximal prompts queued is saturated (or, with a
+        # wait limit, one that would take longer than it).
         prefill_saturation_tokens=tuning.prefill_saturation_tokens or 4 * max_input,
+        max_prefill_wait_seconds=config.frontend.disaggregation.max_prefill_wait_seconds,
     )
     return RouterConfig(
         policy=policy,
@@ -149,7 +152,8 @@ def render_frontend_config(
         frontend=FrontendSettings(
             routing_policy=spec.frontend.routing_policy,
             disaggregation=DisaggregationSettings(
-                min_prefill_tokens=spec.frontend.disaggregation.min_prefill_tokens
+                min_prefill_tokens=spec.frontend.disaggregation.min_prefill_tokens,
+                max_prefill_wait_seconds=spec.frontend.disaggregation.max_prefill_wait_seconds,
             ),
             max_queued_requests=spec.frontend.max_queued_requests,
         ),

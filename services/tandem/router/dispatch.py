@@ -51,6 +51,7 @@ from tandem.router.ports import (
     call_error,
     classify,
 )
+from tandem.router.prefill_rate import update_prefill_rate
 from tandem.router.workers import WorkerState, WorkerTable
 
 logger = logging.getLogger(__name__)
@@ -314,6 +315,7 @@ class Dispatcher:
             worker = self._table.get(key) if key is not None else None
             if worker is None:
                 return None
+            ahead = worker.snapshot().queued_prefill_tokens
             worker.pending_requests += 1
             worker.pending_tokens += route_request.prompt_tokens
             started = self._clock()
@@ -347,7 +349,11 @@ class Dispatcher:
                 worker.pending_tokens -= route_request.prompt_tokens
                 if not done:  # cancelled mid-call: the worker may still finish it
                     self._release_later(worker.key, request.request_id)
-            self._metrics.prefill_seconds.observe(self._clock() - started)
+            elapsed = self._clock() - started
+            self._metrics.prefill_seconds.observe(elapsed)
+            worker.prefill_tokens_per_second = update_prefill_rate(
+                worker.prefill_tokens_per_second, ahead + route_request.prompt_tokens, elapsed
+            )
             attempts.handoff = handoff
             attempts.prefill_worker = worker.key
             return handoff

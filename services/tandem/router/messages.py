@@ -72,3 +72,6 @@ class WorkerView:
     worker_id: str
     in_flight: int
     last_error: str
+    # Measured prompt tokens per second through this worker's prefill queue; None
+    # until a remote prefill has completed (what the router judges wait time by).
+    prefill_tokens_per_second: float | None = None

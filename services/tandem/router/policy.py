@@ -10,6 +10,13 @@ and which prefill worker does it. Both choices weigh cached tokens against load.
 Conditional disaggregation: moving KV only pays off for long, uncached prompts. Short
 or mostly cached prompts, and every prompt when the prefill pool is empty, unhealthy,
 saturated or runs another model, prefill locally on the decode worker.
+
+Saturated is judged in time when a wait limit is set: a prompt prefilled on a decode
+worker stalls every stream there for its whole prefill (each of those misses its
+inter-token target), so it goes there only when the prefill pool would take longer
+than the limit (the TTFT target) -- queued tokens plus its own over the worker's
+measured prefill rate. Without a limit, or before a worker's rate is known, a worker
+with ``prefill_saturation_tokens`` queued is saturated.
 """
 
 from __future__ import annotations
@@ -59,6 +66,8 @@ class WorkerSnapshot:
     kv_blocks_total: int = 0
     kv_block_size: int = 0
     config_digest: str = ""  # model + KV layout; "" when unknown
+    # Measured by whoever routes to it (tandem.router.prefill_rate); None until then.
+    prefill_tokens_per_second: float | None = None
 
     @property
     def available(self) -> bool:
@@ -90,8 +99,11 @@ class PolicyConfig:
     routing: RoutingPolicy = RoutingPolicy.KV_AWARE
     # Prompts with fewer uncached tokens than this prefill on the decode worker.
     min_prefill_tokens: int = 512
-    # A prefill worker with this many pending tokens takes no more work.
+    # A prefill worker with this many pending tokens takes no more work...
     prefill_saturation_tokens: int = 131072
+    # ...or, when set and the worker's rate is known, one that would take longer than
+    # this to prefill a prompt, its queue included.
+    max_prefill_wait_seconds: float | None = None
     # A full prefix hit is worth this many active sequences when choosing a decode worker.
     overlap_weight: float = 2.0
     # Added to a decode worker's cost when its free KV cannot hold the request.
@@ -190,12 +202,18 @@ def choose_prefill_path(
     untried = [w for w in available if w.key not in failed_prefill]
     if not untried:
         return PrefillPath.LOCAL, DecisionReason.PREFILL_FAILED
-    if all(_saturated(w, config) for w in untried):
+    if all(_saturated(w, request.prompt_tokens, config) for w in untried):
         return PrefillPath.LOCAL, DecisionReason.PREFILL_SATURATED
     return PrefillPath.REMOTE, DecisionReason.LONG_PROMPT
 
 
-def _saturated(worker: WorkerSnapshot, config: PolicyConfig) -> bool:
+def _saturated(worker: WorkerSnapshot, prompt_tokens: int, config: PolicyConfig) -> bool:
+    """Whether a prefill worker should take no more prompts: it would take longer than
+    ``max_prefill_wait_seconds`` to prefill this one, its queue first (when both the
+    limit and the worker's rate are known), else it holds ``prefill_saturation_tokens``."""
+    limit, rate = config.max_prefill_wait_seconds, worker.prefill_tokens_per_second
+    if limit is not None and rate:
+        return (worker.queued_prefill_tokens + prompt_tokens) / rate > limit
     return worker.queued_prefill_tokens >= config.prefill_saturation_tokens
 
 
@@ -218,7 +236,7 @@ def choose_prefill_worker(
         if w.serves_prefill
         and w.available
         and w.key not in exclude
-        and not _saturated(w, config)
+        and not _saturated(w, request.prompt_tokens, config)
         and compatible(w, decode_digest)
     ]
     if not candidates:

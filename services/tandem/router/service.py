@@ -213,6 +213,7 @@ class Router:
                 worker_id=s.health.worker_id if s.health else "",
                 in_flight=s.in_flight,
                 last_error=s.last_error,
+                prefill_tokens_per_second=s.prefill_tokens_per_second,
             )
             for s in self._table.values()
         ]

@@ -34,6 +34,8 @@ class WorkerState:
     pending_requests: int = 0
     pending_tokens: int = 0
     active_sequences: int = 0
+    # Measured from this router's prefills (prefill_rate.update_prefill_rate).
+    prefill_tokens_per_second: float | None = None
 
     @property
     def key(self) -> str:
@@ -67,6 +69,7 @@ class WorkerState:
             kv_blocks_total=stats.kv_blocks_total,
             kv_block_size=stats.kv_block_size,
             config_digest=self.health.config_digest if self.health else "",
+            prefill_tokens_per_second=self.prefill_tokens_per_second,
         )
 
 

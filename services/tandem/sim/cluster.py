@@ -30,6 +30,7 @@ from tandem.router.policy import (
     WorkerSnapshot,
     choose_route,
 )
+from tandem.router.prefill_rate import update_prefill_rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,7 @@ class Deployment:
     prefill_options: Mapping[str, object]
     decode_options: Mapping[str, object]
     min_prefill_tokens: int = 512
+    max_prefill_wait_seconds: float | None = None
 
     @property
     def gpus(self) -> int:
@@ -92,6 +94,7 @@ class _Worker:
     busy: bool = False
     pending_prefill_tokens: int = 0
     pending_requests: int = 0
+    prefill_tokens_per_second: float | None = None  # measured as the router does
 
     def snapshot(self) -> WorkerSnapshot:
         stats = self.engine.stats()
@@ -104,6 +107,7 @@ class _Worker:
             kv_blocks_free=stats.kv_blocks_free,
             kv_blocks_total=stats.kv_blocks_total,
             kv_block_size=stats.kv_block_size,
+            prefill_tokens_per_second=self.prefill_tokens_per_second,
         )
 
 
@@ -112,6 +116,7 @@ class _Flight:
     request: SimRequest
     decode: _Worker
     prefill: _Worker | None
+    tokens_ahead: int = 0  # prefill tokens queued on its prefill worker when it arrived
     first_token: float = -1.0
     tokens: int = 0
 
@@ -129,7 +134,9 @@ class ClusterSim:
         ]
         self._by_key = {w.key: w for w in self._workers}
         self._policy = PolicyConfig(
-            routing=routing, min_prefill_tokens=deployment.min_prefill_tokens
+            routing=routing,
+            min_prefill_tokens=deployment.min_prefill_tokens,
+            max_prefill_wait_seconds=deployment.max_prefill_wait_seconds,
         )
         self._events: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
@@ -203,8 +210,8 @@ class ClusterSim:
         decode = self._by_key[decision.decode]
         remote = decision.path is PrefillPath.REMOTE and decision.prefill is not None
         prefill = self._by_key[decision.prefill] if remote and decision.prefill else None
-        self._flights[rid] = _Flight(request, decode, prefill)
         target = prefill or decode
+        self._flights[rid] = _Flight(request, decode, prefill, target.pending_prefill_tokens)
         target.pending_requests += 1
         target.pending_prefill_tokens += request.prompt_tokens
         sampling = SamplingParams(max_tokens=request.output_tokens)
@@ -223,6 +230,11 @@ class ClusterSim:
             if output.finish_reason is None:
                 worker.decoding[rid] = SamplingParams(max_tokens=flight.request.output_tokens)
             return
+        worker.prefill_tokens_per_second = update_prefill_rate(
+            worker.prefill_tokens_per_second,
+            flight.tokens_ahead + flight.request.prompt_tokens,
+            self.now - flight.request.arrival,
+        )
         decode = flight.decode
         layout = decode.engine.reserve(rid, [1] * flight.request.prompt_tokens, output.token)
         source, target = worker.engine.kv_regions()[0], decode.engine.kv_regions()[0]

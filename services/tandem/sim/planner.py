@@ -86,11 +86,22 @@ class Recommendation:
 
 @dataclass(frozen=True, slots=True)
 class Setup:
-    """The engines of both pools (from the spec) and the router's threshold."""
+    """The engines of both pools (from the spec) and the router's thresholds."""
 
     prefill_options: Mapping[str, object]
     decode_options: Mapping[str, object]
     min_prefill_tokens: int
+    max_prefill_wait_seconds: float | None = None
+
+    def deployment(self, prefill: int, decode: int) -> Deployment:
+        return Deployment(
+            prefill,
+            decode,
+            self.prefill_options,
+            self.decode_options,
+            self.min_prefill_tokens,
+            self.max_prefill_wait_seconds,
+        )
 
 
 def generate_arrivals(workload: Workload, count: int, seed: int) -> list[SimRequest]:
@@ -106,13 +117,7 @@ def generate_arrivals(workload: Workload, count: int, seed: int) -> list[SimRequ
 def evaluate(
     candidate: Candidate, workload: Workload, setup: Setup, arrivals: Sequence[SimRequest]
 ) -> Evaluation:
-    deployment = Deployment(
-        candidate.prefill,
-        candidate.decode,
-        setup.prefill_options,
-        setup.decode_options,
-        setup.min_prefill_tokens,
-    )
+    deployment = setup.deployment(candidate.prefill, candidate.decode)
     # Stop judging a hopeless deployment once the run lasts far past its arrivals.
     horizon = arrivals[-1].arrival * 3 + 60.0
     outcomes = ClusterSim(deployment).run_open(arrivals, until=horizon)

@@ -39,6 +39,7 @@ def compute_setup(spec: InferenceClusterSpec) -> tuple[Setup, Limits]:
         options[PoolRole.PREFILL],
         options[PoolRole.DECODE],
         spec.frontend.disaggregation.min_prefill_tokens,
+        spec.frontend.disaggregation.max_prefill_wait_seconds,
     )
     limits = Limits(
         spec.prefill.max_replicas,

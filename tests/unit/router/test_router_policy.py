@@ -255,6 +255,43 @@ def test_round_robin_cycles_in_key_order() -> None:
             (PrefillPath.REMOTE, DecisionReason.LONG_PROMPT),
             id="one-unsaturated",
         ),
+        # With a wait limit and a measured rate, time decides: (queued + own) / rate.
+        pytest.param(
+            [w("d"), w("p", P, queued_prefill_tokens=30000, prefill_tokens_per_second=1e4)],
+            5000,
+            0,
+            PolicyConfig(prefill_saturation_tokens=10**6, max_prefill_wait_seconds=3.0),
+            set(),
+            (PrefillPath.LOCAL, DecisionReason.PREFILL_SATURATED),
+            id="would-wait-3.5s-over-a-3s-limit",
+        ),
+        pytest.param(
+            [w("d"), w("p", P, queued_prefill_tokens=20000, prefill_tokens_per_second=1e4)],
+            5000,
+            0,
+            PolicyConfig(prefill_saturation_tokens=10**4, max_prefill_wait_seconds=3.0),
+            set(),
+            (PrefillPath.REMOTE, DecisionReason.LONG_PROMPT),
+            id="2.5s-within-the-limit-beats-the-token-threshold",
+        ),
+        pytest.param(
+            [w("d"), w("p", P, queued_prefill_tokens=10**6)],
+            5000,
+            0,
+            PolicyConfig(prefill_saturation_tokens=10**5, max_prefill_wait_seconds=3.0),
+            set(),
+            (PrefillPath.LOCAL, DecisionReason.PREFILL_SATURATED),
+            id="rate-unknown-falls-back-to-tokens",
+        ),
+        pytest.param(
+            [w("d"), w("p", P, queued_prefill_tokens=20000, prefill_tokens_per_second=1e6)],
+            5000,
+            0,
+            PolicyConfig(prefill_saturation_tokens=10**4),
+            set(),
+            (PrefillPath.LOCAL, DecisionReason.PREFILL_SATURATED),
+            id="no-limit-tokens-decide-whatever-the-rate",
+        ),
         pytest.param(
             [w("d"), w("p", P)],
             5000,
@@ -341,6 +378,16 @@ def test_choose_prefill_path(
             PolicyConfig(prefill_saturation_tokens=10**5),
             "b",
             id="saturated-skipped",
+        ),
+        pytest.param(
+            [
+                w("a", P, queued_prefill_tokens=20000, prefill_tokens_per_second=5000),
+                w("b", P, queued_prefill_tokens=25000, prefill_tokens_per_second=10**5),
+            ],
+            {},
+            PolicyConfig(max_prefill_wait_seconds=3.0),
+            "b",
+            id="slow-worker-over-the-wait-limit-skipped",  # a: 4.2 s, b: 0.26 s
         ),
         pytest.param(
             [w("a", P, queued_requests=3), w("b", P, queued_requests=1)],

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -17,7 +19,7 @@ from tandem.router.membership import Member, StaticMembership
 from tandem.router.messages import GenerationChunk, GenerationRequest, RouterConfig
 from tandem.router.metrics import RouterMetrics
 from tandem.router.policy import DecisionReason, PolicyConfig, PrefillPath, WorkerRole
-from tandem.router.ports import WorkerErrorKind
+from tandem.router.ports import PrefillReply, WorkerErrorKind
 from tandem.router.service import Router
 
 P, D = WorkerRole.PREFILL, WorkerRole.DECODE
@@ -25,7 +27,12 @@ LONG, SHORT = 600, 50
 
 
 class Fixture:
-    def __init__(self, roles: dict[str, WorkerRole], **config: object) -> None:
+    def __init__(
+        self,
+        roles: dict[str, WorkerRole],
+        clock: Callable[[], float] = time.monotonic,
+        **config: object,
+    ) -> None:
         self.ledger = KvLedger()
         self.workers = {a: InProcessWorker(a, r, self.ledger) for a, r in roles.items()}
         self.registry = CollectorRegistry()
@@ -35,6 +42,7 @@ class Fixture:
             InProcessCluster(list(self.workers.values())),
             RouterMetrics(self.registry),
             RouterConfig(**{**base, **config}),  # type: ignore[arg-type]
+            clock=clock,
         )
 
     def metric(self, name: str, **labels: str) -> float:
@@ -90,6 +98,30 @@ async def test_long_prompts_go_remote_short_ones_local_with_equal_tokens() -> No
     )
     assert fx.metric("tandem_router_kv_transfer_bytes_total") == LONG * 64
     assert fx.ledger.parked == {}
+
+
+async def test_the_router_measures_each_prefill_workers_rate_queue_included() -> None:
+    # p1 prefills one prompt at a time, each taking 1 s of the router's clock: a worker
+    # doing 600 tokens/s. r2 waits behind r1, so its 2 s must count r1's tokens too.
+    now = [0.0]
+    fx = Fixture({"p1": P, "d1": D}, clock=lambda: now[0])
+    p1 = fx.workers["p1"]
+    p1.prefill_delay = 0.05  # long enough for r2 to arrive while r1 is in flight
+    prefill, one_at_a_time = p1.prefill, asyncio.Lock()
+
+    async def queued_prefill(*args: Any, **kwargs: Any) -> PrefillReply:
+        async with one_at_a_time:
+            reply = await prefill(*args, **kwargs)
+            now[0] += 1.0
+            return reply
+
+    p1.prefill = queued_prefill  # type: ignore[method-assign]
+    async with running(fx) as router:
+        await asyncio.gather(*(collect(router, request(LONG, rid=r)) for r in ("r1", "r2")))
+        views = {v.address: v.prefill_tokens_per_second for v in router.workers()}
+    # Without r1's 600 tokens ahead, r2 would read 300 tokens/s and pull the estimate
+    # down to 510.
+    assert views == {"p1": pytest.approx(600.0), "d1": None}
 
 
 async def test_prefill_pool_at_zero_gives_the_same_tokens() -> None:

@@ -192,3 +192,24 @@ def test_only_a_real_gpu_engine_gets_the_short_prefill_timeout(
     frontend = FrontendConfig.model_validate(json.loads(docs["frontend.json"]))
     router = compute_router_config(frontend.model_copy(update={"engine_kind": kind}))
     assert router.prefill_timeout_seconds == timeout_s
+
+
+@pytest.mark.parametrize("wait_s", [None, 2.0])
+def test_the_prefill_wait_limit_reaches_the_router_from_both_renderers(
+    tmp_path: Path, wait_s: float | None
+) -> None:
+    from tandem_operator.render import contract
+
+    c = cluster(1, 1)
+    frontend_spec = c.spec.frontend.model_copy(
+        update={
+            "disaggregation": c.spec.frontend.disaggregation.model_copy(
+                update={"max_prefill_wait_seconds": wait_s}
+            )
+        }
+    )
+    c = c.model_copy(update={"spec": c.spec.model_copy(update={"frontend": frontend_spec})})
+    docs = {path.name: text for path, text in plan(c, tmp_path).documents.items()}
+    for doc in (json.loads(docs["frontend.json"]), contract.render_frontend_config(c)):
+        policy = compute_router_config(FrontendConfig.model_validate(doc)).policy
+        assert policy.max_prefill_wait_seconds == wait_s

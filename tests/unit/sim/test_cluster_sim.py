@@ -11,8 +11,10 @@ from tandem.sim.cluster import ClusterSim, Deployment, SimRequest
 OPTIONS = {"model": "gpt-oss-120b", "accelerator": "b200", "kv_cache_dtype": "fp8"}
 
 
-def deployment(prefill: int, decode: int, min_prefill_tokens: int = 512) -> Deployment:
-    return Deployment(prefill, decode, OPTIONS, OPTIONS, min_prefill_tokens)
+def deployment(
+    prefill: int, decode: int, min_prefill_tokens: int = 512, wait_s: float | None = None
+) -> Deployment:
+    return Deployment(prefill, decode, OPTIONS, OPTIONS, min_prefill_tokens, wait_s)
 
 
 def clock():  # type: ignore[no-untyped-def]
@@ -58,6 +60,23 @@ def test_short_prompts_stay_local_and_prefills_queue_on_one_worker() -> None:
     step = c.step_seconds([], [_chunk(0, 4000), _chunk(0, 4000)])
     transfer = c.kv_transfer_seconds(4000)
     assert [o.ttft for o in both] == pytest.approx([step + transfer] * 2)
+
+
+@pytest.mark.parametrize(("wait_in_prefills", "remote"), [(None, 4), (2.5, 3), (1.5, 2)])
+def test_a_wait_limit_sends_what_would_queue_too_long_to_the_decode_worker(
+    wait_in_prefills: float | None, remote: int
+) -> None:
+    c = clock()
+    prefill = c.step_seconds([], [_chunk(0, 8192)]) + c.step_seconds([], [_chunk(8192, 1808)])
+    wait_s = None if wait_in_prefills is None else wait_in_prefills * prefill
+    # A first prompt alone measures the worker: 10,000 tokens in one prefill's time. At
+    # t=10, three more at once would take 1, 2 and 3 prefills there (queue included).
+    requests = [SimRequest(0.0, 10_000, 2)] + [SimRequest(10.0, 10_000, 2)] * 3
+    outcomes = ClusterSim(deployment(1, 1, wait_s=wait_s)).run_open(requests)
+    assert len(outcomes) == 4
+    # No limit: 4 prompts' worth is under the token threshold, all go remote; 2.5
+    # prefills: the third of the burst goes local; 1.5: the second and third do.
+    assert sum(o.remote for o in outcomes) == remote
 
 
 def test_closed_loop_keeps_the_concurrency_and_sends_the_count() -> None:

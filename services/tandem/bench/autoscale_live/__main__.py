@@ -40,9 +40,16 @@ MAX_PREFILL, MAX_DECODE = 4, 2
 VARIANTS = (
     # docs/autoscaling.md's guidance: 0.8x a worker's prefill rate, the pool free to empty.
     Variant("defaults", prefill_floor=0, target_share=0.8),
+    # The same, with the router judging a full prefill pool against the TTFT target.
+    Variant("wait limit", prefill_floor=0, target_share=0.8, max_prefill_wait_seconds=2.0),
     # What the SLO oracle's plans ask for: a prefill worker kept warm, and a rate target
     # that leaves queueing headroom for a 2 s TTFT on 0.3 s prefills.
-    Variant("warm prefill, 0.5x", prefill_floor=1, target_share=0.5),
+    Variant(
+        "warm prefill, 0.5x, wait limit",
+        prefill_floor=1,
+        target_share=0.5,
+        max_prefill_wait_seconds=2.0,
+    ),
 )
 
 
@@ -53,8 +60,11 @@ def prefill_target_tokens_per_second(share: float) -> int:
 
 
 def cluster_name(trace: Trace, variant: Variant) -> str:
-    """A DNS label: the trace, the floor and the share in percent."""
-    return f"live-{trace.name}-{variant.prefill_floor}-{round(variant.target_share * 100)}"
+    """A DNS label: the trace, the floor, the share in percent and the wait limit in
+    tenths of a second (0: none)."""
+    wait = round((variant.max_prefill_wait_seconds or 0) * 10)
+    share = round(variant.target_share * 100)
+    return f"live-{trace.name}-{variant.prefill_floor}-{share}-{wait}"
 
 
 def render_live_cluster(name: str, variant: Variant) -> dict[str, Any]:
@@ -66,6 +76,11 @@ def render_live_cluster(name: str, variant: Variant) -> dict[str, Any]:
     spec["prefill"].update({"replicas": 1, "minReplicas": floor, "maxReplicas": MAX_PREFILL})
     spec["decode"].update({"replicas": 1, "minReplicas": 1, "maxReplicas": MAX_DECODE})
     target = prefill_target_tokens_per_second(variant.target_share)
+    wait = variant.max_prefill_wait_seconds
+    if wait is not None:
+        spec.setdefault("frontend", {}).setdefault("disaggregation", {})[
+            "maxPrefillWaitSeconds"
+        ] = wait
     spec["autoscaling"] = {
         "enabled": True,
         "intervalSeconds": INTERVAL_S,

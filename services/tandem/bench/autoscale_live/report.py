@@ -40,6 +40,21 @@ class Variant:
     name: str
     prefill_floor: int  # prefill.minReplicas
     target_share: float  # of a worker's 32k prefill rate: targetTokensPerSecondPerReplica
+    # frontend.disaggregation.maxPrefillWaitSeconds; None: the router's token threshold.
+    max_prefill_wait_seconds: float | None = None
+
+    def describe(self, target_tokens_per_second: int) -> str:
+        wait = self.max_prefill_wait_seconds
+        router = (
+            "a prefill worker with 4 prompts' worth queued is saturated"
+            if wait is None
+            else f"maxPrefillWaitSeconds {wait:g}"
+        )
+        return (
+            f"**{self.name}**: prefill minReplicas {self.prefill_floor}, "
+            f"targetTokensPerSecondPerReplica {target_tokens_per_second:,} "
+            f"({self.target_share:g}x a worker's modelled 32k prefill rate), {router}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,11 +157,7 @@ def render_report(results: Sequence[TraceResult], targets: Mapping[str, int], wa
     traces = list({r.trace.name: r.trace for r in results}.values())
     described = "; ".join(f"**{t.name}**: {t.description}" for t in traces)
     variants = list({r.variant.name: r.variant for r in results}.values())
-    policies = "; ".join(
-        f"**{v.name}**: prefill minReplicas {v.prefill_floor}, targetTokensPerSecondPerReplica "
-        f"{targets[v.name]:,} ({v.target_share:g}x a worker's modelled 32k prefill rate)"
-        for v in variants
-    )
+    policies = "; ".join(v.describe(targets[v.name]) for v in variants)
     return (
         "| policy | trace | within SLO | within SLO where the oracle serves all | "
         "GPU-s vs oracle | reaction prefill | reaction decode | flaps/30 | targets |\n"
@@ -163,10 +174,10 @@ def render_report(results: Sequence[TraceResult], targets: Mapping[str, int], wa
         f"output tokens per request): {described}.\n\n"
         f"Deployment: gpt-oss-120b on simulated {PROFILE.upper()} TP1 workers in real time "
         "(speed-up 1), starting with 1 prefill and 1 decode worker (prefill up to 4, decode "
-        "1-2), prompts of 2,048+ tokens disaggregated, the router's defaults (a prefill "
-        "worker with 4 prompts' worth queued is saturated and long prompts go to decode "
-        f"workers); the builtin autoscaler every {INTERVAL_S} s with its defaults and, per "
-        f"policy, {policies}. SLO per request: TTFT <= {SLO.ttft_p90_s:g} s and mean ITL "
+        "1-2), prompts of 2,048+ tokens disaggregated (to decode workers while the prefill "
+        "pool is empty or saturated); the builtin autoscaler every "
+        f"{INTERVAL_S} s with its defaults and, per policy, {policies}. SLO per request: "
+        f"TTFT <= {SLO.ttft_p90_s:g} s and mean ITL "
         f"<= {SLO.itl_p90_s * 1e3:g} ms. Oracle: per {INTERVAL_S} s interval, the fewest "
         "workers (GPUs, then prefill workers) that serve every request of the interval "
         "within the SLO in virtual time, starting idle; reaction (rounds until desired "
