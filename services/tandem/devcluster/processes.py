@@ -82,12 +82,26 @@ def record_of(name: str, child: subprocess.Popen[bytes], log_path: Path) -> Proc
 
 
 def is_running(record: ProcessRecord) -> bool:
-    """True when the recorded process still exists, is not a zombie, and is the same one."""
+    """True when the recorded process still exists, is the same one, and some thread of
+    it has not yet exited."""
     stat = _read_stat(record.pid)
     if stat is None:
         return False
     state, start_ticks = stat
-    return state != "Z" and start_ticks == record.start_ticks
+    if start_ticks != record.start_ticks:
+        return False
+    # The main thread shows as a zombie as soon as it exits, while the other threads may
+    # still be on their way out, holding the process's descriptors: a SIGKILLed server
+    # keeps accepting connections until the last of them is gone.
+    return state != "Z" or _any_thread_alive(record.pid)
+
+
+def _any_thread_alive(pid: int) -> bool:
+    try:
+        threads = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return False
+    return any((stat := _read_stat(pid, tid)) is not None and stat[0] != "Z" for tid in threads)
 
 
 def rss_bytes(record: ProcessRecord) -> int:
@@ -142,9 +156,11 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def _read_stat(pid: int) -> tuple[str, int] | None:
+def _read_stat(pid: int, tid: int | None = None) -> tuple[str, int] | None:
+    """State and start time of process ``pid``, or of its thread ``tid``."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
+        raw = Path(path).read_text()
     except OSError:
         return None
     # The command name (field 2) may contain spaces or parentheses; it ends at the last ')'.

@@ -73,6 +73,23 @@ def test_a_reused_pid_is_not_ours(tmp_path: Path) -> None:
     assert not processes.is_running(record)
 
 
+def test_a_process_whose_main_thread_exited_runs_until_its_last_thread_does(
+    tmp_path: Path,
+) -> None:
+    # The main thread leaves with pthread_exit (ctypes drops the GIL around the call);
+    # another thread goes on, as a killed server's threads do while they tear down.
+    code = (
+        "import ctypes, threading, time\n"
+        "threading.Thread(target=time.sleep, args=(60,)).start()\n"
+        "ctypes.CDLL(None).pthread_exit(None)\n"
+    )
+    record = _spawn(tmp_path, code)
+    wait_until(lambda: _exited_or_zombie(record.pid), timeout_s=10, what="main thread exit")
+    assert processes.is_running(record)
+    processes.stop(record, grace_s=5)
+    assert not processes.is_running(record)
+
+
 def test_stop_of_an_exited_process_is_a_no_op(tmp_path: Path) -> None:
     record = _spawn(tmp_path, "pass")
     wait_until(lambda: _exited_or_zombie(record.pid), timeout_s=10, what="exit")
@@ -84,14 +101,6 @@ def test_allocated_ports_are_distinct() -> None:
     ports = allocate_ports(6)
     assert len(set(ports)) == 6
     assert all(0 < p < 65536 for p in ports)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return not _exited_or_zombie(pid)
 
 
 def _exited_or_zombie(pid: int) -> bool:
