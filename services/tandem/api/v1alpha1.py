@@ -309,6 +309,15 @@ class ScalingBehavior(ApiModel):
     tolerance: float = Field(
         default=0.1, ge=0, le=1, description="Ignore load changes within this fraction."
     )
+    # 20 s keeps a pool from following the +-20% that 25 long prompts per interval vary
+    # by; a pool that starts in seconds can afford to follow it (docs/autoscaling.md).
+    smoothing_seconds: int = Field(
+        default=20,
+        ge=1,
+        le=600,
+        description="Time constant of the load signals' moving average: a sustained change "
+        "smaller than 1.5x reaches the pool within about this long (larger ones at once).",
+    )
 
 
 class PrefillScalingSpec(ScalingBehavior):

@@ -122,6 +122,7 @@ def compute_scaling_config(
         target_queued_tokens_per_replica=autoscaling.prefill.target_queued_tokens_per_replica,
         target_prefill_tokens_per_second_per_replica=rate,
         backlog_drain_seconds=float(autoscaling.prefill.backlog_drain_seconds),
+        smoothing_seconds=float(behavior.smoothing_seconds),
         target_active_sequences_per_replica=(
             autoscaling.decode.target_active_sequences_per_replica
         ),

@@ -22,6 +22,7 @@ def _spec() -> api.InferenceClusterSpec:
                     "scaleDownStabilizationSeconds": 45,
                     "maxStepUp": 3,
                     "tolerance": 0.2,
+                    "smoothingSeconds": 5,
                 },
                 "decode": {
                     "targetActiveSequencesPerReplica": 16,
@@ -40,6 +41,7 @@ def test_prefill_config_from_spec() -> None:
     assert config.target_queued_tokens_per_replica == 65536
     assert config.scale_down_stabilization_seconds == 45
     assert (config.max_step_up, config.tolerance) == (3, 0.2)
+    assert config.smoothing_seconds == 5
 
 
 def test_decode_config_from_spec() -> None:
@@ -50,6 +52,7 @@ def test_decode_config_from_spec() -> None:
     assert config.max_step_down == 2
     default = api.DecodeScalingSpec().scale_down_stabilization_seconds
     assert config.scale_down_stabilization_seconds == default == 30
+    assert config.smoothing_seconds == api.DecodeScalingSpec().smoothing_seconds == 20
 
 
 def test_spec_rate_target_and_timeouts_are_read() -> None:

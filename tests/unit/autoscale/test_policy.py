@@ -328,3 +328,19 @@ def test_decode_remembers_the_mean_decode_time_through_a_lull() -> None:
     decision, state = decide(config, burst, state, now=5)
     assert state.mean_decode_seconds == 6.0
     assert decision.desired == 6  # 32 req/s x 6 s = 192 sequences = 6 replicas at 32
+
+
+@pytest.mark.parametrize(("smoothing", "rounds"), [(20.0, 9), (5.0, 3)])
+def test_shorter_smoothing_follows_a_sustained_small_step_sooner(
+    smoothing: float, rounds: int
+) -> None:
+    # 60k -> 72k tokens/s at 32k per replica: 1.9 -> 2.25 replicas' worth, a step too
+    # small to be taken at once (x1.2 < x1.5), so the average carries it to the pool.
+    config = replace(
+        BASE, target_prefill_tokens_per_second_per_replica=32000, smoothing_seconds=smoothing
+    )
+    settled, stepped = [60000.0] * 6, [72000.0] * 12
+    decisions = drive(config, [0] * 18, 2, rates=[*settled, *stepped])
+    assert desired(decisions)[:6] == [2] * 6
+    grown = desired(decisions)[6:]
+    assert grown.index(3) + 1 == rounds

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from tandem.api.v1alpha1 import InferenceCluster, PoolRole
+from tandem.api.v1alpha1 import InferenceCluster, PoolRole, PrefillScalingSpec
 from tandem.autoscale.slo_oracle import IntervalPlan
 from tandem.autoscale.traces import Phase, RequestShape, Stream, Trace
 from tandem.bench.autoscale_live.__main__ import VARIANTS, cluster_name, render_live_cluster
@@ -134,6 +134,13 @@ def test_every_trace_and_policy_is_a_valid_cluster_of_its_own() -> None:
             prefill = cluster.spec.prefill
             assert (prefill.min_replicas, prefill.max_replicas) == (variant.prefill_floor, 4)
             assert cluster.spec.autoscaling.enabled
+            behavior, defaults = cluster.spec.autoscaling.prefill, PrefillScalingSpec()
+            assert behavior.smoothing_seconds == (
+                variant.prefill_smoothing_seconds or defaults.smoothing_seconds
+            )
+            assert behavior.scale_down_stabilization_seconds == (
+                variant.prefill_scale_down_seconds or defaults.scale_down_stabilization_seconds
+            )
     assert len(names) == len(VARIANTS) * len(build_live_traces())
 
 

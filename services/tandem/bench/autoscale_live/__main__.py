@@ -42,13 +42,16 @@ VARIANTS = (
     Variant("defaults", prefill_floor=0, target_share=0.8),
     # The same, with the router judging a full prefill pool against the TTFT target.
     Variant("wait limit", prefill_floor=0, target_share=0.8, max_prefill_wait_seconds=2.0),
-    # What the SLO oracle's plans ask for: a prefill worker kept warm, and a rate target
-    # that leaves queueing headroom for a 2 s TTFT on 0.3 s prefills.
+    # The same, tuned for workers that start in seconds (docs/autoscaling.md): the prefill
+    # signals averaged over one interval instead of four, and an idle prefill worker kept
+    # two intervals instead of six.
     Variant(
-        "warm prefill, 0.5x, wait limit",
-        prefill_floor=1,
-        target_share=0.5,
+        "wait limit, fast start",
+        prefill_floor=0,
+        target_share=0.8,
         max_prefill_wait_seconds=2.0,
+        prefill_smoothing_seconds=5,
+        prefill_scale_down_seconds=10,
     ),
 )
 
@@ -60,11 +63,14 @@ def prefill_target_tokens_per_second(share: float) -> int:
 
 
 def cluster_name(trace: Trace, variant: Variant) -> str:
-    """A DNS label: the trace, the floor, the share in percent and the wait limit in
-    tenths of a second (0: none)."""
+    """A DNS label: the trace, the floor, the share in percent, the wait limit in
+    tenths of a second (0: none), the prefill smoothing and scale-down window (0: the
+    defaults)."""
     wait = round((variant.max_prefill_wait_seconds or 0) * 10)
     share = round(variant.target_share * 100)
-    return f"live-{trace.name}-{variant.prefill_floor}-{share}-{wait}"
+    smoothing = variant.prefill_smoothing_seconds or 0
+    down = variant.prefill_scale_down_seconds or 0
+    return f"live-{trace.name}-{variant.prefill_floor}-{share}-{wait}-{smoothing}-{down}"
 
 
 def render_live_cluster(name: str, variant: Variant) -> dict[str, Any]:
@@ -81,11 +87,12 @@ def render_live_cluster(name: str, variant: Variant) -> dict[str, Any]:
         spec.setdefault("frontend", {}).setdefault("disaggregation", {})[
             "maxPrefillWaitSeconds"
         ] = wait
-    spec["autoscaling"] = {
-        "enabled": True,
-        "intervalSeconds": INTERVAL_S,
-        "prefill": {"targetTokensPerSecondPerReplica": target},
-    }
+    prefill: dict[str, int] = {"targetTokensPerSecondPerReplica": target}
+    if variant.prefill_smoothing_seconds is not None:
+        prefill["smoothingSeconds"] = variant.prefill_smoothing_seconds
+    if variant.prefill_scale_down_seconds is not None:
+        prefill["scaleDownStabilizationSeconds"] = variant.prefill_scale_down_seconds
+    spec["autoscaling"] = {"enabled": True, "intervalSeconds": INTERVAL_S, "prefill": prefill}
     return document
 
 

@@ -42,6 +42,9 @@ class Variant:
     target_share: float  # of a worker's 32k prefill rate: targetTokensPerSecondPerReplica
     # frontend.disaggregation.maxPrefillWaitSeconds; None: the router's token threshold.
     max_prefill_wait_seconds: float | None = None
+    # autoscaling.prefill.smoothingSeconds / scaleDownStabilizationSeconds; None: defaults.
+    prefill_smoothing_seconds: int | None = None
+    prefill_scale_down_seconds: int | None = None
 
     def describe(self, target_tokens_per_second: int) -> str:
         wait = self.max_prefill_wait_seconds
@@ -50,11 +53,16 @@ class Variant:
             if wait is None
             else f"maxPrefillWaitSeconds {wait:g}"
         )
-        return (
+        text = (
             f"**{self.name}**: prefill minReplicas {self.prefill_floor}, "
             f"targetTokensPerSecondPerReplica {target_tokens_per_second:,} "
             f"({self.target_share:g}x a worker's modelled 32k prefill rate), {router}"
         )
+        if self.prefill_smoothing_seconds is not None:
+            text += f", prefill smoothingSeconds {self.prefill_smoothing_seconds}"
+        if self.prefill_scale_down_seconds is not None:
+            text += f", prefill scaleDownStabilizationSeconds {self.prefill_scale_down_seconds}"
+        return text
 
 
 @dataclass(frozen=True, slots=True)
