@@ -61,6 +61,10 @@ AUTOSCALER_ROUNDS = Counter(
     "Autoscaler rounds, by outcome (decided, scrape_failed, api_error).",
     ["outcome"],
 )
+AUTOSCALER_EARLY_ROUNDS = Counter(
+    "tandem_operator_autoscaler_early_rounds_total",
+    "Rounds taken before the interval was up because the router diverted long prompts.",
+)
 AUTOSCALER_DECISIONS = Counter(
     "tandem_operator_autoscaler_decisions_total",
     "Per-pool decisions, by pool and reason (a ScaleReason).",

@@ -1,6 +1,8 @@
 """The autoscaler loop: one per InferenceCluster in ``builtin`` mode, leader only.
 
-Every ``spec.autoscaling.intervalSeconds`` a cluster's loop:
+Every ``spec.autoscaling.intervalSeconds`` (or sooner: between rounds it reads once a
+second whether the router diverted long prompts, and then decides at once, see
+``tandem.autoscale.early``) a cluster's loop:
 
 1. reads its frontends' router metrics (``metrics_source``) -- if none answers, it
    skips the round: no blind action;
@@ -31,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -48,6 +50,7 @@ from tandem.autoscale import (
     decide,
     initial_state,
 )
+from tandem.autoscale.early import POLL_SECONDS, may_decide_early, prompts_diverted_since
 from tandem.autoscale.exposition import SampleWindow
 from tandem_operator import metrics, names, reasons
 from tandem_operator.kube.client import EVENTS, PODS, WORKER_POOLS, ApiError, KubeClient, NotFound
@@ -125,6 +128,7 @@ class Autoscaler:
         identity: str,
         enqueue: Callable[[Key], None],
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         now: Callable[[], datetime],
     ) -> None:
         self._client = client
@@ -133,6 +137,7 @@ class Autoscaler:
         self._identity = identity
         self._enqueue = enqueue
         self._clock = clock
+        self._sleep = sleep
         self._now = now
         self._loops: dict[Key, asyncio.Task[None]] = {}
         self._clusters: dict[Key, _Cluster] = {}
@@ -199,7 +204,41 @@ class Autoscaler:
                 metrics.AUTOSCALER_ROUNDS.labels("api_error").inc()
                 logger.warning("[%s/%s] autoscaler round failed: %r", *key, exc)
             interval = float(cr.spec.autoscaling.interval_seconds)
-            await asyncio.sleep(max(0.0, interval - (self._clock() - started)))
+            await self._until_next_round(key, cr, started + interval)
+
+    async def _until_next_round(self, key: Key, cr: InferenceCluster, due: float) -> None:
+        """Sleep until ``due``, or less: once a second, where an early round could act,
+        read whether the router diverted long prompts since the last round
+        (``tandem.autoscale.early``)."""
+        while (left := due - self._clock()) > 0:
+            await self._sleep(min(left, POLL_SECONDS))
+            if due - self._clock() > 0 and await self._prompts_diverted(key, cr):
+                metrics.AUTOSCALER_EARLY_ROUNDS.inc()
+                logger.info("[%s/%s] long prompts diverted: deciding now", *key)
+                return
+
+    async def _prompts_diverted(self, key: Key, cr: InferenceCluster) -> bool:
+        namespace, name = key
+        memory = self._clusters.get(key)
+        prefill = memory.pools.get(PoolRole.PREFILL) if memory is not None else None
+        pool = self._caches.of("WorkerPool").get(namespace, names.pool_name(name, PoolRole.PREFILL))
+        if prefill is None or prefill.previous is None or pool is None:
+            return False
+        current = compute_pool_counts(_with_pending_write(pool, prefill), []).current
+        maximum = compute_scaling_config(cr.spec, PoolRole.PREFILL).max_replicas
+        interval = float(cr.spec.autoscaling.interval_seconds)
+        if not may_decide_early(current, maximum, self._clock() - prefill.previous.at, interval):
+            return False
+        latest = await self._source.diverted_prompts(cr, self._frontend_pods(namespace, name))
+        return prompts_diverted_since(prefill.previous.diverted_prompts_total, latest)
+
+    def _frontend_pods(self, namespace: str, name: str) -> list[Manifest]:
+        pods = self._caches.of("Pod").for_cluster(namespace, name)
+        return [
+            p
+            for p in pods
+            if (p["metadata"].get("labels") or {}).get(names.LABEL_ROLE) == names.FRONTEND
+        ]
 
     # ------------------------------------------------------------------ one round
 
@@ -207,11 +246,7 @@ class Autoscaler:
         namespace, name = key
         memory = self._clusters.setdefault(key, _Cluster())
         pods = self._caches.of("Pod").for_cluster(namespace, name)
-        frontends = [
-            p
-            for p in pods
-            if (p["metadata"].get("labels") or {}).get(names.LABEL_ROLE) == names.FRONTEND
-        ]
+        frontends = self._frontend_pods(namespace, name)
         now = self._clock()
         try:
             with metrics.AUTOSCALER_SCRAPE_DURATION.time():

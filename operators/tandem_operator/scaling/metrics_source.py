@@ -28,14 +28,16 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from tandem.api.v1alpha1 import InferenceCluster
+from tandem.api.v1alpha1 import InferenceCluster, PoolRole
 from tandem.autoscale import WorkerLoad
 from tandem.autoscale.exposition import (
+    DIVERTED_PROMPTS_TOTAL,
     RouterReading,
     combine_readings,
     combine_worker_loads,
     parse_router_reading,
     parse_worker_loads,
+    sum_counter,
 )
 from tandem_operator import names, reasons
 from tandem_operator.status.observe import observe_pod
@@ -126,6 +128,13 @@ class FrontendSource(Protocol):
         """The cluster's load now; raises :class:`ScrapeError` when nothing answered."""
         ...
 
+    async def diverted_prompts(
+        self, cr: InferenceCluster, frontend_pods: Sequence[Manifest]
+    ) -> float | None:
+        """The frontends' ``tandem_router_diverted_prompts_total`` summed, read between
+        rounds (``tandem.autoscale.early``); None when any frontend did not answer."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -183,12 +192,43 @@ class MetricsSource:
             frontends=len(readings),
         )
 
+    async def diverted_prompts(
+        self, cr: InferenceCluster, frontend_pods: Sequence[Manifest]
+    ) -> float | None:
+        targets = compute_frontend_targets(
+            cr, frontend_pods, self._overrides, scrape_pods=self._scrape_pods
+        )
+        results = await asyncio.gather(
+            *(self._read_diverted(base) for base in targets), return_exceptions=True
+        )
+        totals: list[float | None] = []
+        for result in results:
+            if isinstance(result, asyncio.CancelledError):
+                raise result
+            if isinstance(result, aiohttp.ClientError | TimeoutError | ValueError):
+                return None  # the next round reports it
+            if isinstance(result, BaseException):
+                raise result
+            totals.append(result)
+        return sum_counter(totals)
+
+    async def _read_diverted(self, base: str) -> float | None:
+        params = {"name[]": DIVERTED_PROMPTS_TOTAL}
+        async with self._open().get(f"{base}/metrics", params=params) as response:
+            if response.status != 200:
+                raise ValueError(f"/metrics answered {response.status}")
+            text = await response.text()
+        return parse_router_reading(text, at=0.0).sample(PoolRole.PREFILL).diverted_prompts_total
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        return self._session
+
     async def _scrape_one(
         self, base: str, at: float
     ) -> tuple[RouterReading, dict[str, WorkerLoad]]:
-        session = self._session
-        if session is None:
-            session = self._session = aiohttp.ClientSession(timeout=self._timeout)
+        session = self._open()
         async with session.get(f"{base}/metrics") as response:
             if response.status != 200:
                 raise ValueError(f"/metrics answered {response.status}")

@@ -167,9 +167,10 @@ class DisaggregationSpec(ApiModel):
         le=3600,
         description="The longest a long prompt may take on the prefill pool, its queue "
         "included (queued tokens over each worker's measured prefill rate); when every "
-        "prefill worker would take longer, it is prefilled on its decode worker instead. "
-        "Set it to the time-to-first-token target. Unset: a prefill worker with four "
-        "maximal prompts queued takes no more.",
+        "prefill worker would take longer, it is prefilled on its decode worker instead, "
+        "if that worker streams nothing (a local prefill stalls its streams); otherwise it "
+        "queues on the prefill worker that finishes first. Set it to the time-to-first-"
+        "token target. Unset: a prefill worker with four maximal prompts queued is full.",
     )
 
 

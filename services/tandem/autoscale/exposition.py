@@ -49,6 +49,7 @@ KV_UTILIZATION = "tandem_router_kv_utilization_ratio"
 WORKERS = "tandem_router_workers"
 DIVERTED_PREFILL_TOKENS = "tandem_router_diverted_prefill_tokens"
 PROMPT_TOKENS_TOTAL = "tandem_router_prefill_prompt_tokens_total"
+DIVERTED_PROMPTS_TOTAL = "tandem_router_diverted_prompts_total"
 FIRST_TOKENS_TOTAL = "tandem_frontend_time_to_first_token_seconds_count"
 FIRST_TOKEN_SECONDS_SUM = "tandem_frontend_time_to_first_token_seconds_sum"
 REQUEST_SECONDS_SUM = "tandem_frontend_request_duration_seconds_sum"
@@ -85,6 +86,7 @@ class _Acc:
 @dataclass(slots=True)
 class _Counters:
     prompt_tokens: float | None = None
+    diverted_prompts: float | None = None
     first_tokens: float | None = None
     first_token_seconds: float | None = None
     request_seconds: float | None = None
@@ -106,6 +108,8 @@ def parse_router_reading(text: str, *, at: float) -> RouterReading:
             value = float(sample.value)
             if sample.name == PROMPT_TOKENS_TOTAL:
                 counters.add("prompt_tokens", value)
+            elif sample.name == DIVERTED_PROMPTS_TOTAL:
+                counters.add("diverted_prompts", value)
             elif sample.name == FIRST_TOKENS_TOTAL:
                 counters.add("first_tokens", value)
             elif sample.name == FIRST_TOKEN_SECONDS_SUM:
@@ -133,7 +137,10 @@ def parse_router_reading(text: str, *, at: float) -> RouterReading:
     if counters.request_seconds is not None and counters.first_token_seconds is not None:
         decode_seconds = max(0.0, counters.request_seconds - counters.first_token_seconds)
     counted = {
-        PoolRole.PREFILL: {"prompt_tokens_total": counters.prompt_tokens},
+        PoolRole.PREFILL: {
+            "prompt_tokens_total": counters.prompt_tokens,
+            "diverted_prompts_total": counters.diverted_prompts,
+        },
         PoolRole.DECODE: {
             "requests_total": counters.first_tokens,
             "decode_seconds_sum": decode_seconds,
@@ -172,16 +179,17 @@ def combine_readings(readings: Iterable[RouterReading], *, at: float) -> RouterR
             diverted_prefill_tokens=sum(s.diverted_prefill_tokens for s in parts),
             active_sequences=max((s.active_sequences for s in parts), default=0),
             kv_utilization=max((s.kv_utilization for s in parts), default=0.0),
-            prompt_tokens_total=_sum_counter(s.prompt_tokens_total for s in parts),
-            requests_total=_sum_counter(s.requests_total for s in parts),
-            decode_seconds_sum=_sum_counter(s.decode_seconds_sum for s in parts),
-            decode_seconds_count=_sum_counter(s.decode_seconds_count for s in parts),
+            prompt_tokens_total=sum_counter(s.prompt_tokens_total for s in parts),
+            diverted_prompts_total=sum_counter(s.diverted_prompts_total for s in parts),
+            requests_total=sum_counter(s.requests_total for s in parts),
+            decode_seconds_sum=sum_counter(s.decode_seconds_sum for s in parts),
+            decode_seconds_count=sum_counter(s.decode_seconds_count for s in parts),
         )
         healthy[role] = max((r.healthy_workers.get(role, 0) for r in readings), default=0)
     return RouterReading(at=at, samples=samples, healthy_workers=healthy)
 
 
-def _sum_counter(values: Iterable[float | None]) -> float | None:
+def sum_counter(values: Iterable[float | None]) -> float | None:
     """A counter summed over frontends; unknown if any frontend does not export it."""
     total = 0.0
     seen = False

@@ -105,7 +105,10 @@ def decide(
 ) -> tuple[ScaleDecision, PolicyState]:
     """One interval's decision for one pool, and the state to pass next time."""
     current = observation.current_replicas
-    estimates = _estimate(config, observation, state)
+    # Rounds come every interval, or sooner when long prompts are diverted (early.py).
+    last = state.recommendations[-1].at if state.recommendations else None
+    elapsed = now - last if last is not None and now > last else config.interval_seconds
+    estimates = _estimate(config, observation, state, elapsed)
     effective = _apply(observation, estimates, state)
     raw, signal = compute_raw_replicas(config, effective)
     wanted = compute_recommendation(raw, current, config.tolerance)
@@ -178,18 +181,17 @@ class _Estimates:
     kv_utilization: SignalEstimate | None
 
 
-def _estimate(config: ScalingConfig, o: PoolObservation, state: PolicyState) -> _Estimates:
+def _estimate(
+    config: ScalingConfig, o: PoolObservation, state: PolicyState, elapsed: float
+) -> _Estimates:
+    def smooth(latest: float | None, estimate: SignalEstimate | None) -> SignalEstimate | None:
+        return compute_smoothed_signal(latest, estimate, config, elapsed_seconds=elapsed)
+
     return _Estimates(
-        prompt_tokens_per_second=compute_smoothed_signal(
-            o.prompt_tokens_per_second, state.prompt_tokens_per_second, config
-        ),
-        requests_per_second=compute_smoothed_signal(
-            o.requests_per_second, state.requests_per_second, config
-        ),
-        active_sequences=compute_smoothed_signal(
-            float(o.active_sequences), state.active_sequences, config
-        ),
-        kv_utilization=compute_smoothed_signal(o.kv_utilization, state.kv_utilization, config),
+        prompt_tokens_per_second=smooth(o.prompt_tokens_per_second, state.prompt_tokens_per_second),
+        requests_per_second=smooth(o.requests_per_second, state.requests_per_second),
+        active_sequences=smooth(float(o.active_sequences), state.active_sequences),
+        kv_utilization=smooth(o.kv_utilization, state.kv_utilization),
     )
 
 

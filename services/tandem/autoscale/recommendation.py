@@ -78,9 +78,14 @@ class SignalEstimate:
 
 
 def compute_smoothed_signal(
-    latest: float | None, estimate: SignalEstimate | None, config: ScalingConfig
+    latest: float | None,
+    estimate: SignalEstimate | None,
+    config: ScalingConfig,
+    *,
+    elapsed_seconds: float,
 ) -> SignalEstimate | None:
-    """A load signal's estimate after one more interval.
+    """A load signal's estimate after a sample ``elapsed_seconds`` after the last one
+    (an interval, or less for a round taken early: ``early.py``).
 
     An exponential average over ``smoothing_seconds``: 25 prompts of 32k in an
     interval vary by +-20% from one interval to the next, active sequences by +-10%,
@@ -105,7 +110,7 @@ def compute_smoothed_signal(
     # A new level is learned as a plain mean of its samples until that mean would
     # move slower than the exponential average does.
     samples = estimate.samples + 1
-    weight = max(1.0 / samples, 1.0 - math.exp(-config.interval_seconds / config.smoothing_seconds))
+    weight = max(1.0 / samples, 1.0 - math.exp(-elapsed_seconds / config.smoothing_seconds))
     return SignalEstimate(current + weight * (latest - current), latest, samples)
 
 

@@ -20,6 +20,8 @@ active_sequences              tandem_router_active_sequences{pool}
 kv_utilization                tandem_router_kv_utilization_ratio{pool}
 prompt_tokens_total           prompt tokens of requests long enough for the prefill
                               pool, counted at admission (counter; proposed)
+diverted_prompts_total        tandem_router_diverted_prompts_total (counter; read
+                              between rounds too, see ``early.py``)
 requests_total                requests admitted (counter; proposed)
 decode_seconds_sum / _count   first token to last, per finished sequence
                               (histogram sum and count; proposed)
@@ -54,6 +56,7 @@ class LoadSample:
     active_sequences: int = 0
     kv_utilization: float = 0.0
     prompt_tokens_total: float | None = None
+    diverted_prompts_total: float | None = None
     requests_total: float | None = None
     decode_seconds_sum: float | None = None
     decode_seconds_count: float | None = None

@@ -150,7 +150,11 @@ def create_app(
         return JSONResponse(body, status_code=200 if ready else 503)
 
     async def prometheus(request: Request) -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        # ?name[]=... exposes only those series, as prometheus_client's own handlers do:
+        # the autoscaler polls one counter between its rounds.
+        names = request.query_params.getlist("name[]")
+        source = registry.restricted_registry(names) if names else registry
+        return Response(generate_latest(source), media_type=CONTENT_TYPE_LATEST)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500

@@ -167,6 +167,8 @@ class Dispatcher:
                 # demand the autoscaler must see while that pool is empty or saturated.
                 diverted = _diverted_tokens(decision, route_request, cfg.policy)
                 self._metrics.diverted_prefill_tokens.inc(diverted)
+                if diverted:
+                    self._metrics.diverted_prompts.inc()
                 try:
                     first = await self._first_chunk(
                         request, worker, stream, route_request, attempts

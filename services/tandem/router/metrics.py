@@ -106,6 +106,12 @@ class RouterMetrics:
             "empty, unhealthy or saturated (first token not yet back): demand for that pool.",
             registry=registry,
         )
+        self.diverted_prompts = Counter(
+            "tandem_router_diverted_prompts_total",
+            "Long prompts sent to a decode worker's prefill because the prefill pool was "
+            "empty, unhealthy or saturated: the autoscaler decides at once when this grows.",
+            registry=registry,
+        )
         self.prefill_seconds = Histogram(
             "tandem_router_prefill_duration_seconds",
             "Remote prefill call latency, as the router saw it.",

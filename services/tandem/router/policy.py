@@ -47,6 +47,9 @@ class DecisionReason(enum.StrEnum):
     NO_PREFILL_WORKERS = "no_prefill_workers"
     PREFILL_UNHEALTHY = "prefill_unhealthy"
     PREFILL_SATURATED = "prefill_saturated"
+    # Every prefill worker past its limit, but the decode worker streams sequences that a
+    # local prefill would stall: the prompt queues on the prefill pool instead.
+    DECODE_BUSY = "decode_busy"
     PREFILL_INCOMPATIBLE = "prefill_incompatible"  # other model/KV layout than the decoder
     PREFILL_FAILED = "prefill_failed"  # set by the service after remote attempts failed
 
@@ -184,11 +187,13 @@ def choose_prefill_path(
 
     ``decode_cached_tokens``: prompt tokens the decode worker's cache already holds;
     ``failed_prefill`` lists prefill workers that already failed this request."""
+    # A short prompt stays local whatever the prefill pool holds: counting it as
+    # "no_prefill_workers" while that pool is at zero would report demand it never had.
+    if request.prompt_tokens < config.min_prefill_tokens:
+        return PrefillPath.LOCAL, DecisionReason.SHORT_PROMPT
     pool = [w for w in workers if w.serves_prefill and w.key != decode.key]
     if not pool:
         return PrefillPath.LOCAL, DecisionReason.NO_PREFILL_WORKERS
-    if request.prompt_tokens < config.min_prefill_tokens:
-        return PrefillPath.LOCAL, DecisionReason.SHORT_PROMPT
     if config.routing is not RoutingPolicy.KV_AWARE:
         decode_cached_tokens = 0
     if request.prompt_tokens - decode_cached_tokens < config.min_prefill_tokens:
@@ -203,6 +208,11 @@ def choose_prefill_path(
     if not untried:
         return PrefillPath.LOCAL, DecisionReason.PREFILL_FAILED
     if all(_saturated(w, request.prompt_tokens, config) for w in untried):
+        if decode.active_sequences > 0:
+            # A local prefill stops every sequence this worker streams for as long as
+            # it runs (~0.3 s for 32k on a GB200: a 64-token answer's whole ITL budget);
+            # one prompt waiting longer costs only that prompt.
+            return PrefillPath.REMOTE, DecisionReason.DECODE_BUSY
         return PrefillPath.LOCAL, DecisionReason.PREFILL_SATURATED
     return PrefillPath.REMOTE, DecisionReason.LONG_PROMPT
 
@@ -225,18 +235,20 @@ def choose_prefill_worker(
     *,
     decode_digest: str = "",
     exclude: Container[str] = (),
+    include_saturated: bool = False,
 ) -> WorkerSnapshot | None:
     """The prefill worker that finishes this prompt first: fewest tokens to compute,
     its pending prefill tokens plus the part of this prompt it does not hold cached
-    (kv-aware; other policies ignore the cache). Saturated workers and workers running
-    another model than the decode worker (``decode_digest``) are skipped."""
+    (kv-aware; other policies ignore the cache). Saturated workers (unless
+    ``include_saturated``) and workers running another model than the decode worker
+    (``decode_digest``) are skipped."""
     candidates = [
         w
         for w in workers
         if w.serves_prefill
         and w.available
         and w.key not in exclude
-        and not _saturated(w, request.prompt_tokens, config)
+        and (include_saturated or not _saturated(w, request.prompt_tokens, config))
         and compatible(w, decode_digest)
     ]
     if not candidates:
@@ -287,6 +299,7 @@ def choose_route(
             config,
             decode_digest=decode.config_digest,
             exclude=failed_prefill | {decode.key},
+            include_saturated=reason is DecisionReason.DECODE_BUSY,
         )
     if prefill is None:
         if path is PrefillPath.REMOTE:  # defensive: choose_prefill_path saw a candidate

@@ -2,7 +2,9 @@
 
 A :class:`LocalAutoscaler` is a supervisor tick hook. Every ``interval_seconds``
 (``spec.autoscaling``) it reads the frontend's ``/metrics`` and ``/readyz``, builds each
-pool's observation, asks :func:`tandem.autoscale.decide`, and acts:
+pool's observation, asks :func:`tandem.autoscale.decide`, and acts. Between rounds it
+reads the router's count of diverted long prompts once a second, and takes the round
+at once when that grew (``tandem.autoscale.early``). Acting:
 
 - **up**: :meth:`Supervisor.scale` starts workers; they join the membership file once
   they print READY (a prefill pool at zero comes back the same way when the router
@@ -23,7 +25,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -42,7 +46,9 @@ from tandem.autoscale import (
     decide,
     initial_state,
 )
+from tandem.autoscale.early import POLL_SECONDS, may_decide_early, prompts_diverted_since
 from tandem.autoscale.exposition import (
+    DIVERTED_PROMPTS_TOTAL,
     RouterReading,
     SampleWindow,
     parse_router_reading,
@@ -135,6 +141,7 @@ class LocalAutoscaler:
         self._previous: dict[PoolRole, LoadSample] = {}
         self._windows = {role: SampleWindow() for role in PoolRole}
         self._next_at: float | None = None
+        self._polled_at = -math.inf  # the last read of the diverted-prompts counter
         self._drainer = Drainer(
             f"{self._base}/readyz", drain_grace_s, fetch=fetch, credentials=credentials
         )
@@ -155,13 +162,18 @@ class LocalAutoscaler:
         if finished:
             self._stop_drained(finished)
         now = self._clock()
-        if self._next_at is not None and now < self._next_at:
+        due = self._next_at is None or now >= self._next_at
+        early = not due and self._prompts_diverted(now)
+        if not (due or early):
             if finished:
                 self._save()
             return
-        # Keep the cadence (a round that starts late does not delay the next ones).
-        planned = (self._next_at or now) + self._interval
-        self._next_at = planned if planned > now else now + self._interval
+        if early:
+            self._next_at = now + self._interval
+        else:
+            # Keep the cadence (a round that starts late does not delay the next ones).
+            planned = (self._next_at or now) + self._interval
+            self._next_at = planned if planned > now else now + self._interval
         self.record.ticks += 1
         started = self._wall()  # the round's time is when it looked, not when it finished
         try:
@@ -175,9 +187,28 @@ class LocalAutoscaler:
         self.record.error = ""
         tick_pools: dict[str, TickPool] = {}
         for role in PoolRole:
-            tick_pools[role.value] = self._decide_and_act(role, reading, loads, now)
-        self.record.add_tick(TickRecord(self.record.ticks, started, tick_pools))
+            tick_pools[role.value] = self._decide_and_act(role, reading, loads, now, early)
+        self.record.add_tick(TickRecord(self.record.ticks, started, tick_pools, early=early))
         self._save()
+
+    def _prompts_diverted(self, now: float) -> bool:
+        """Whether the router diverted long prompts since the last round, checked where
+        an early round could act, at most every ``POLL_SECONDS``."""
+        last = self._previous.get(PoolRole.PREFILL)
+        if last is None or now - self._polled_at < POLL_SECONDS:
+            return False
+        current = len(self._target.workers(PoolRole.PREFILL))
+        maximum = self._configs[PoolRole.PREFILL].max_replicas
+        if not may_decide_early(current, maximum, now - last.at, self._interval):
+            return False
+        self._polled_at = now
+        query = urllib.parse.urlencode({"name[]": DIVERTED_PROMPTS_TOTAL})
+        try:
+            text = self._fetch(f"{self._base}/metrics?{query}", SCRAPE_TIMEOUT_S).decode()
+            latest = parse_router_reading(text, at=now).sample(PoolRole.PREFILL)
+        except (OSError, ValueError):
+            return False  # the round at the interval reports an unreachable frontend
+        return prompts_diverted_since(last.diverted_prompts_total, latest.diverted_prompts_total)
 
     def _scrape(self, now: float) -> tuple[RouterReading, dict[str, WorkerLoad]]:
         text = self._fetch(f"{self._base}/metrics", SCRAPE_TIMEOUT_S).decode()
@@ -188,7 +219,12 @@ class LocalAutoscaler:
         return reading, loads
 
     def _decide_and_act(
-        self, role: PoolRole, reading: RouterReading, loads: dict[str, WorkerLoad], now: float
+        self,
+        role: PoolRole,
+        reading: RouterReading,
+        loads: dict[str, WorkerLoad],
+        now: float,
+        early: bool,
     ) -> TickPool:
         workers = self._target.workers(role)
         counts = compute_pool_counts(workers, loads)
@@ -203,7 +239,7 @@ class LocalAutoscaler:
         decision, self._states[role] = decide(self._configs[role], observation, state, now=now)
         self._remember(role, decision, sample, counts)
         if decision.changed:
-            self._act(role, decision, workers, loads)
+            self._act(role, decision, workers, loads, early)
         return TickPool(
             current=counts.current,
             ready=counts.ready,
@@ -220,10 +256,11 @@ class LocalAutoscaler:
         decision: ScaleDecision,
         workers: Sequence[ProcessSpec],
         loads: dict[str, WorkerLoad],
+        early: bool,
     ) -> None:
         self._progress(
             f"autoscaler: {role.value} {decision.current} -> {decision.desired} "
-            f"({decision.reason.value})"
+            f"({decision.reason.value}{', early: long prompts diverted' if early else ''})"
         )
         logger.info("autoscaler: %s", decision.message)
         self._event(role, "scale", decision.current, decision.desired, decision)

@@ -3,7 +3,8 @@
 Written atomically next to ``state.json`` after every decision round; ``tandem status``
 shows desired vs actual and the last decision from it, and tests read the tick log to
 count reaction times in intervals. Times are wall-clock seconds (``at``) and decision
-rounds (``tick``): a round is one interval.
+rounds (``tick``): a round is one interval, or less for one taken early because long
+prompts were diverted (``early``; see ``tandem.autoscale.early``).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class TickRecord:
     tick: int
     at: float
     pools: dict[str, TickPool]
+    early: bool = False
 
 
 @dataclass(slots=True)
@@ -110,6 +112,7 @@ class AutoscalingRecord:
                     tick=t["tick"],
                     at=t["at"],
                     pools={k: TickPool(**v) for k, v in t["pools"].items()},
+                    early=bool(t.get("early", False)),
                 )
                 for t in data.get("recent", [])
             ],

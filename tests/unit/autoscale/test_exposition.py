@@ -29,6 +29,7 @@ def exposition(loads: dict[str, PoolLoad], diverted: int = 0) -> str:
     metrics = RouterMetrics(registry)
     metrics.watch(lambda: loads, lambda: 7)
     metrics.diverted_prefill_tokens.inc(diverted)
+    metrics.diverted_prompts.inc(diverted // 32_768)
     return generate_latest(registry).decode()
 
 
@@ -50,6 +51,7 @@ def test_the_routers_series_become_one_sample_per_pool() -> None:
         queued_tokens=98_304,
         diverted_prefill_tokens=32_768,
         prompt_tokens_total=0.0,  # the router's counter, nothing admitted yet
+        diverted_prompts_total=1.0,
     )
     assert decode == LoadSample(at=12.5, queued_requests=1, active_sequences=37, kv_utilization=0.5)
     assert reading.healthy_workers == {PoolRole.PREFILL: 2, PoolRole.DECODE: 2}
@@ -65,7 +67,9 @@ def test_a_scraped_sample_feeds_the_policys_observation() -> None:
 
 def test_a_pool_the_router_does_not_report_reads_as_idle() -> None:
     reading = parse_router_reading(exposition({}), at=3.0)
-    assert reading.sample(PoolRole.PREFILL) == LoadSample(at=3.0, prompt_tokens_total=0.0)
+    assert reading.sample(PoolRole.PREFILL) == LoadSample(
+        at=3.0, prompt_tokens_total=0.0, diverted_prompts_total=0.0
+    )
 
 
 @pytest.mark.parametrize("text", ["<html>bad gateway</html>", "queue depth is high\n"])
@@ -80,7 +84,10 @@ def test_frontends_combine_gauges_by_max_and_own_work_by_sum() -> None:
             at=0.0,
             samples={
                 PoolRole.PREFILL: LoadSample(
-                    at=0.0, queued_tokens=tokens, diverted_prefill_tokens=diverted
+                    at=0.0,
+                    queued_tokens=tokens,
+                    diverted_prefill_tokens=diverted,
+                    diverted_prompts_total=diverted / 10,
                 ),
                 PoolRole.DECODE: LoadSample(at=0.0, active_sequences=active),
             },
@@ -90,6 +97,7 @@ def test_frontends_combine_gauges_by_max_and_own_work_by_sum() -> None:
     both = combine_readings([reading(1000, 10, 5), reading(3000, 20, 4)], at=9.0)
     assert both.sample(PoolRole.PREFILL).queued_tokens == 3000
     assert both.sample(PoolRole.PREFILL).diverted_prefill_tokens == 30
+    assert both.sample(PoolRole.PREFILL).diverted_prompts_total == 3.0
     assert both.sample(PoolRole.DECODE).active_sequences == 5
     assert both.healthy_workers[PoolRole.DECODE] == 3
     assert both.at == 9.0

@@ -161,8 +161,16 @@ def test_no_tolerance_follows_the_ceiling() -> None:
         assert compute_recommendation(raw, 4, 0.0) == math.ceil(raw)
 
 
-SMOOTH = ScalingConfig(role=PoolRole.PREFILL, interval_seconds=5, smoothing_seconds=30, jump=0.5)
+INTERVAL = 5.0
+SMOOTH = ScalingConfig(
+    role=PoolRole.PREFILL, interval_seconds=INTERVAL, smoothing_seconds=30, jump=0.5
+)
 WEIGHT = 1 - math.exp(-5 / 30)
+
+
+def step(latest: float | None, estimate: SignalEstimate | None) -> SignalEstimate | None:
+    """The estimate after one more interval's sample."""
+    return compute_smoothed_signal(latest, estimate, SMOOTH, elapsed_seconds=INTERVAL)
 
 
 def _estimate(value: float, last: float | None = None) -> SignalEstimate:
@@ -190,7 +198,7 @@ def _estimate(value: float, last: float | None = None) -> SignalEstimate:
 def test_smoothed_signal(
     latest: float | None, estimate: SignalEstimate | None, expected: float | None
 ) -> None:
-    got = compute_smoothed_signal(latest, estimate, SMOOTH)
+    got = step(latest, estimate)
     if expected is None:
         assert got is None
     else:
@@ -200,21 +208,30 @@ def test_smoothed_signal(
             assert got.last_sample == latest
 
 
+def test_a_sample_taken_sooner_weighs_less() -> None:
+    # Averaged in after 1 s instead of the 5 s interval: 1 - e^(-1/30) of the way.
+    sooner = compute_smoothed_signal(
+        120.0, _estimate(100.0, last=120.0), SMOOTH, elapsed_seconds=1.0
+    )
+    assert sooner is not None
+    assert sooner.value == pytest.approx(100 + (1 - math.exp(-1 / 30)) * 20)
+
+
 def test_noise_around_a_level_stays_near_it() -> None:
     estimate: SignalEstimate | None = _estimate(100.0)
     for sample in [130.0, 80.0, 120.0, 70.0, 125.0, 90.0, 110.0, 75.0] * 5:
-        estimate = compute_smoothed_signal(sample, estimate, SMOOTH)
+        estimate = step(sample, estimate)
         assert estimate is not None
         assert 90 < estimate.value < 110
 
 
 def test_a_new_level_is_averaged_evenly_at_first() -> None:
-    estimate = compute_smoothed_signal(300.0, _estimate(100.0), SMOOTH)  # a step: x3
+    estimate = step(300.0, _estimate(100.0))  # a step: x3
     assert estimate == SignalEstimate(300.0, 300.0, 1)
-    estimate = compute_smoothed_signal(260.0, estimate, SMOOTH)
+    estimate = step(260.0, estimate)
     assert estimate is not None
     assert estimate.value == pytest.approx(280.0)  # the mean of two, not 300 + 17% of -40
-    estimate = compute_smoothed_signal(280.0, estimate, SMOOTH)
+    estimate = step(280.0, estimate)
     assert estimate is not None
     assert estimate.value == pytest.approx(280.0)
     assert estimate.samples == 3

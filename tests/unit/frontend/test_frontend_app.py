@@ -283,6 +283,10 @@ async def test_models_ready_and_metrics() -> None:
         await fe.client.post("/v1/chat/completions", json=chat_body("x" * 300))
         await fe.client.post("/v1/chat/completions", json=chat_body("x"))
         metrics = (await fe.client.get("/metrics")).text
+        only = await fe.client.get(
+            "/metrics",
+            params={"name[]": "tandem_router_diverted_prompts_total"},
+        )
     assert [m["id"] for m in models["data"]] == [MODEL]
     assert models["data"][0]["max_model_len"] == 2048 + 64  # no engine window given
     assert ready.status_code == 200
@@ -296,6 +300,10 @@ async def test_models_ready_and_metrics() -> None:
         'tandem_frontend_time_to_first_token_seconds_count{path="remote"} 1.0',
     ):
         assert line in metrics
+    # ?name[]= narrows the exposition to those families (the autoscaler's poll).
+    families = {line.split()[2] for line in only.text.splitlines() if line.startswith("# TYPE")}
+    assert families == {"tandem_router_diverted_prompts_total"}
+    assert "tandem_router_diverted_prompts_total 0.0" in only.text.splitlines()
 
 
 async def test_unknown_route_and_method() -> None:

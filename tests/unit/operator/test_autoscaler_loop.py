@@ -73,6 +73,8 @@ class StubSource:
     def __init__(self) -> None:
         self.scrape_result: FrontendScrape | ScrapeError = ScrapeError("not set")
         self.scraped: list[str] = []
+        self.diverted: float | None = None  # tandem_router_diverted_prompts_total
+        self.polls = 0
 
     async def scrape(
         self, cr: InferenceCluster, frontend_pods: Any, *, at: float
@@ -80,7 +82,13 @@ class StubSource:
         self.scraped.append(cr.metadata.name)
         if isinstance(self.scrape_result, ScrapeError):
             raise self.scrape_result
-        return replace(self.scrape_result, reading=replace(self.scrape_result.reading, at=at))
+        reading = self.scrape_result.reading
+        samples = {role: replace(sample, at=at) for role, sample in reading.samples.items()}
+        return replace(self.scrape_result, reading=replace(reading, at=at, samples=samples))
+
+    async def diverted_prompts(self, cr: InferenceCluster, frontend_pods: Any) -> float | None:
+        self.polls += 1
+        return self.diverted
 
     async def close(self) -> None:
         pass
@@ -152,6 +160,10 @@ class Harness:
             clock=lambda: self.clock,
             now=lambda: WALL,
         )
+
+    async def sleep(self, seconds: float) -> None:
+        """Time passing without waiting (for tests that drive one wait themselves)."""
+        self.clock += seconds
 
     def add(self, kind: str, obj: Json) -> None:
         self.stores[kind].upsert(obj)
@@ -366,3 +378,34 @@ async def test_external_mode_starts_no_loop_and_writes_nothing() -> None:
     ext = h.cluster("ext")
     untouched = StatusResult(cluster=InferenceClusterStatus(), pools={}, events=())
     assert h.autoscaler.amend_status(ext, untouched) is untouched
+
+
+async def test_diverted_prompts_bring_the_next_round_forward(harness: Harness) -> None:
+    harness.add("InferenceCluster", cluster_obj(intervalSeconds=10))
+    harness.add("WorkerPool", pool_obj("c", PoolRole.PREFILL, 0))
+    harness.source.scrape_result = load(
+        prefill=LoadSample(at=0, diverted_prompts_total=4.0),
+        decode=LoadSample(at=0, active_sequences=12),
+    )
+    await harness.round()  # at 1000; the clock moves on to 1001
+    autoscaler, key, cluster = harness.autoscaler, ("ns", "c"), harness.cluster()
+    autoscaler._sleep = harness.sleep
+    # Nothing diverted since: the wait lasts the interval, reading the counter each second
+    # (1002..1009; at 1010 the round is due anyway).
+    harness.source.diverted = 4.0
+    await autoscaler._until_next_round(key, cluster, due=1010.0)
+    assert harness.clock == 1010.0 and harness.source.polls == 8
+    # One more long prompt on a decode worker while the pool is at zero: decide now.
+    harness.source.diverted = 5.0
+    await autoscaler._until_next_round(key, cluster, due=1020.0)
+    assert harness.clock == 1011.0
+    # With a worker in the pool, not before half an interval since the round (at 1000).
+    harness.add("WorkerPool", pool_obj("c", PoolRole.PREFILL, 1))
+    harness.clock = 1001.0
+    await autoscaler._until_next_round(key, cluster, due=1010.0)
+    assert harness.clock == 1005.0
+    # At the pool's maximum (4) there is nothing to decide early, nor anything to read.
+    harness.add("WorkerPool", pool_obj("c", PoolRole.PREFILL, 4))
+    harness.clock, harness.source.polls = 1001.0, 0
+    await autoscaler._until_next_round(key, cluster, due=1010.0)
+    assert harness.clock == 1010.0 and harness.source.polls == 0

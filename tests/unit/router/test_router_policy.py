@@ -10,6 +10,7 @@ from tandem.router.policy import (
     DecisionReason,
     PolicyConfig,
     PrefillPath,
+    RouteDecision,
     RouteRequest,
     WorkerRole,
     WorkerSnapshot,
@@ -166,6 +167,15 @@ def test_round_robin_cycles_in_key_order() -> None:
             id="short",
         ),
         pytest.param(
+            [w("d")],
+            100,
+            0,
+            PolicyConfig(min_prefill_tokens=512),
+            set(),
+            (PrefillPath.LOCAL, DecisionReason.SHORT_PROMPT),
+            id="short-with-the-pool-at-zero-is-no-demand-for-it",
+        ),
+        pytest.param(
             [w("d"), w("p", P)],
             512,
             0,
@@ -245,6 +255,15 @@ def test_round_robin_cycles_in_key_order() -> None:
             set(),
             (PrefillPath.LOCAL, DecisionReason.PREFILL_SATURATED),
             id="saturated",
+        ),
+        pytest.param(
+            [w("d", active_sequences=1), w("p", P, queued_prefill_tokens=10**6)],
+            5000,
+            0,
+            PolicyConfig(prefill_saturation_tokens=10**5),
+            set(),
+            (PrefillPath.REMOTE, DecisionReason.DECODE_BUSY),
+            id="saturated-but-a-local-prefill-would-stall-a-stream",
         ),
         pytest.param(
             [w("d"), w("p", P, queued_prefill_tokens=10**6), w("q", P)],
@@ -444,6 +463,16 @@ def test_choose_route_remote_and_local() -> None:
     assert local is not None
     assert (local.decode, local.prefill, local.path) == ("d2", None, PrefillPath.LOCAL)
     assert local.reason is DecisionReason.SHORT_PROMPT
+
+
+def test_a_busy_decode_worker_queues_on_the_prefill_worker_that_finishes_first() -> None:
+    workers = [
+        w("d", active_sequences=3),
+        w("p1", P, queued_prefill_tokens=300_000),
+        w("p2", P, queued_prefill_tokens=200_000),
+    ]
+    route = choose_route(workers, req(5000), {}, PolicyConfig(prefill_saturation_tokens=10**5))
+    assert route == RouteDecision("d", "p2", PrefillPath.REMOTE, DecisionReason.DECODE_BUSY)
 
 
 def test_choose_route_skips_failed_workers() -> None:

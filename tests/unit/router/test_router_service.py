@@ -134,6 +134,16 @@ async def test_prefill_pool_at_zero_gives_the_same_tokens() -> None:
         )
         == 1
     )
+    assert without.metric("tandem_router_diverted_prompts_total") == 1
+    assert with_pool.metric("tandem_router_diverted_prompts_total") == 0
+
+
+async def test_short_prompt_with_the_pool_at_zero_is_not_diverted() -> None:
+    fx = Fixture({"d1": D})
+    async with running(fx) as router:
+        await collect(router, request(SHORT))
+    assert fx.metric("tandem_router_prefill_decisions_total", path="local", reason="short_prompt")
+    assert fx.metric("tandem_router_diverted_prompts_total") == 0
 
 
 async def test_prefill_failing_everywhere_falls_back_to_local() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -65,14 +66,25 @@ class Frontend:
         self.loads: dict[str, PoolLoad] = {}
         self.views: list[WorkerView] = []
         self.down = False
+        self.diverted_prompts = 0  # long prompts the router sent to decode workers
+        self.polls = 0  # reads of one series between rounds (?name[]=)
+
+    def divert(self, prompts: int) -> None:
+        self.diverted_prompts += prompts
 
     def __call__(self, url: str, timeout_s: float) -> bytes:
         if self.down:
             raise OSError("connection refused")
-        if url.endswith("/metrics"):
+        path, _, query = url.partition("?")
+        if path.endswith("/metrics"):
             registry = CollectorRegistry()
-            RouterMetrics(registry).watch(lambda: self.loads, lambda: 0)
-            return generate_latest(registry)
+            metrics = RouterMetrics(registry)
+            metrics.watch(lambda: self.loads, lambda: 0)
+            metrics.diverted_prompts.inc(self.diverted_prompts)
+            metrics.prefill_prompt_tokens.inc(32768 * self.diverted_prompts)
+            names = urllib.parse.parse_qs(query).get("name[]")
+            self.polls += names is not None
+            return generate_latest(registry.restricted_registry(names) if names else registry)
         assert url.endswith("/readyz")
         return json.dumps({"ready": True, "workers": [asdict(v) for v in self.views]}).encode()
 
@@ -266,3 +278,55 @@ def test_status_without_a_record_has_no_autoscaling(tmp_path: Path, missing: boo
     if not missing:
         (tmp_path / "autoscaling.json").write_text("{not json")
     assert read_record(tmp_path) is None
+
+
+def test_a_diverted_prompt_brings_the_round_forward(tmp_path: Path) -> None:
+    pools, frontend, clock = Pools(0, 1), Frontend(), Clock()
+    frontend.serve(pools.workers(PoolRole.DECODE))
+    scaler = make(tmp_path, pools, frontend, clock, intervalSeconds=10)
+    scaler.tick()  # t=100: the first round, nothing to do; the next is due at 110
+    clock.now = 100.6
+    scaler.tick()  # nothing diverted: no round
+    clock.now = 101.0
+    scaler.tick()  # read less than a second after the last read: not even polled
+    assert pools.calls == [] and frontend.polls == 1
+    frontend.divert(1)  # a 32k prompt prefilled on the decode worker: the pool is at zero
+    clock.now = 101.7
+    scaler.tick()
+    assert pools.calls == [("scale", (PoolRole.PREFILL, 1))]
+    record = read_record(tmp_path)
+    assert record is not None and [t.early for t in record.recent] == [False, True]
+    # With a worker in the pool, the next early round waits half an interval, so the
+    # arrival rate it sizes from covers at least that long.
+    frontend.serve(pools.workers(PoolRole.PREFILL) + pools.workers(PoolRole.DECODE))
+    frontend.loads = {
+        "prefill": PoolLoad(workers=1, healthy=1, queued_requests=4, queued_tokens=4 * 8192)
+    }
+    frontend.divert(3)  # the one worker is saturated
+    for now in (103.0, 104.5, 106.0):
+        clock.now = now
+        scaler.tick()
+    assert [t.early for t in read_record(tmp_path).recent] == [False, True]  # type: ignore[union-attr]
+    clock.now = 106.8  # 5.1 s on
+    scaler.tick()
+    assert pools.calls[-1] == ("scale", (PoolRole.PREFILL, 3))  # 4 x 8192 queued: +2
+    assert [t.early for t in read_record(tmp_path).recent] == [False, True, True]  # type: ignore[union-attr]
+    # The cadence restarts from the early round: nothing before 116.8.
+    clock.now = 116.7
+    scaler.tick()
+    assert read_record(tmp_path).ticks == 3  # type: ignore[union-attr]
+    clock.now = 116.8
+    scaler.tick()
+    assert [t.early for t in read_record(tmp_path).recent] == [False, True, True, False]  # type: ignore[union-attr]
+
+
+def test_no_early_round_at_the_pools_maximum(tmp_path: Path) -> None:
+    pools, frontend, clock = Pools(3, 1), Frontend(), Clock()  # prefill maxReplicas: 3
+    frontend.serve(pools.workers(PoolRole.PREFILL) + pools.workers(PoolRole.DECODE))
+    scaler = make(tmp_path, pools, frontend, clock, intervalSeconds=10)
+    scaler.tick()
+    frontend.divert(5)  # saturated, but nothing could be added
+    for now in (106.0, 108.0):
+        clock.now = now
+        scaler.tick()
+    assert frontend.polls == 0 and read_record(tmp_path).ticks == 1  # type: ignore[union-attr]

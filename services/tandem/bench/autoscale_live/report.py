@@ -144,6 +144,8 @@ def render_why_row(result: TraceResult) -> str:
     slow_tokens = sum(1 for o in answered if o.itl > SLO.itl_p90_s)
     failed = len(run.served) - len(answered)
     diverted = ", ".join(f"{run.decisions.get(r, 0):.0f}" for r in DIVERTED)
+    queued = run.decisions.get(DecisionReason.DECODE_BUSY, 0)
+    early = sum(1 for tick in run.ticks.values() if tick.early)
     prefill = result.verdicts[PoolRole.PREFILL]
     decode = result.verdicts[PoolRole.DECODE]
     lag = max((p.lag for p in run.pacing.values()), default=0.0)
@@ -151,7 +153,8 @@ def render_why_row(result: TraceResult) -> str:
         f"| {result.variant.name} | {result.trace.name} | {len(run.served)} | "
         f"{compute_percentile([o.ttft for o in answered], 0.9):.2f} / "
         f"{compute_percentile([o.itl for o in answered], 0.9) * 1e3:.1f} | "
-        f"{slow_first} / {slow_tokens} / {failed} | {diverted} | "
+        f"{slow_first} / {slow_tokens} / {failed} | {diverted} | {queued:.0f} | "
+        f"{len(run.ticks)} ({early}) | "
         f"{prefill.worker_seconds:,.0f} / {prefill.oracle_worker_seconds:,.0f}, "
         f"{decode.worker_seconds:,.0f} / {decode.oracle_worker_seconds:,.0f} | "
         f"{prefill.peak_desired}/{prefill.peak_needed}, "
@@ -174,17 +177,19 @@ def render_report(results: Sequence[TraceResult], targets: Mapping[str, int], wa
         "Why: what missed the SLO, where long prompts went, and what each pool held.\n\n"
         "| policy | trace | requests | TTFT p90 s / ITL p90 ms | over TTFT / over ITL / "
         "failed | long prompts prefilled on decode workers (no prefill worker, none "
-        "ready, all saturated) | worker-s live / oracle (prefill, decode) | peak desired / needed "
-        "(prefill, decode) | plumbing lag |\n"
-        "|---|---|---:|---|---|---|---|---|---:|\n"
+        "ready, all saturated) | queued past the wait limit (decode worker streaming) | "
+        "autoscaler rounds (early) | worker-s live / oracle (prefill, decode) | peak desired / "
+        "needed (prefill, decode) | plumbing lag |\n"
+        "|---|---|---:|---|---|---|---:|---|---|---|---:|\n"
         f"{why}\n\n"
         f"Traces ({traces[0].duration_seconds:.0f} s each, seed {SEED}, {OUTPUT_TOKENS} "
         f"output tokens per request): {described}.\n\n"
         f"Deployment: gpt-oss-120b on simulated {PROFILE.upper()} TP1 workers in real time "
         "(speed-up 1), starting with 1 prefill and 1 decode worker (prefill up to 4, decode "
         "1-2), prompts of 2,048+ tokens disaggregated (to decode workers while the prefill "
-        "pool is empty or saturated); the builtin autoscaler every "
-        f"{INTERVAL_S} s with its defaults and, per policy, {policies}. SLO per request: "
+        "pool is empty, or saturated and the decode worker streams nothing); the builtin "
+        f"autoscaler every {INTERVAL_S} s (sooner when long prompts are diverted) with its "
+        f"defaults and, per policy, {policies}. SLO per request: "
         f"TTFT <= {SLO.ttft_p90_s:g} s and mean ITL "
         f"<= {SLO.itl_p90_s * 1e3:g} ms. Oracle: per {INTERVAL_S} s interval, the fewest "
         "workers (GPUs, then prefill workers) that serve every request of the interval "
