@@ -229,16 +229,9 @@ class Autoscaler:
         interval = float(cr.spec.autoscaling.interval_seconds)
         if not may_decide_early(current, maximum, self._clock() - prefill.previous.at, interval):
             return False
-        latest = await self._source.diverted_prompts(cr, self._frontend_pods(namespace, name))
-        return prompts_diverted_since(prefill.previous.diverted_prompts_total, latest)
-
-    def _frontend_pods(self, namespace: str, name: str) -> list[Manifest]:
         pods = self._caches.of("Pod").for_cluster(namespace, name)
-        return [
-            p
-            for p in pods
-            if (p["metadata"].get("labels") or {}).get(names.LABEL_ROLE) == names.FRONTEND
-        ]
+        latest = await self._source.diverted_prompts(cr, _frontend_pods(pods))
+        return prompts_diverted_since(prefill.previous.diverted_prompts_total, latest)
 
     # ------------------------------------------------------------------ one round
 
@@ -246,7 +239,7 @@ class Autoscaler:
         namespace, name = key
         memory = self._clusters.setdefault(key, _Cluster())
         pods = self._caches.of("Pod").for_cluster(namespace, name)
-        frontends = self._frontend_pods(namespace, name)
+        frontends = _frontend_pods(pods)
         now = self._clock()
         try:
             with metrics.AUTOSCALER_SCRAPE_DURATION.time():
@@ -455,6 +448,14 @@ class Autoscaler:
         events = (*result.events, *compute_scaling_events(previous, ours))
         cluster = result.cluster.model_copy(update={"conditions": [*kept, *ours]})
         return replace(result, cluster=cluster, events=events)
+
+
+def _frontend_pods(pods: list[Manifest]) -> list[Manifest]:
+    return [
+        p
+        for p in pods
+        if (p["metadata"].get("labels") or {}).get(names.LABEL_ROLE) == names.FRONTEND
+    ]
 
 
 def _find(conditions: list[Condition], kind: str) -> Condition | None:

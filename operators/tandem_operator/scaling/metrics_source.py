@@ -213,11 +213,7 @@ class MetricsSource:
         return sum_counter(totals)
 
     async def _read_diverted(self, base: str) -> float | None:
-        params = {"name[]": DIVERTED_PROMPTS_TOTAL}
-        async with self._open().get(f"{base}/metrics", params=params) as response:
-            if response.status != 200:
-                raise ValueError(f"/metrics answered {response.status}")
-            text = await response.text()
+        text = await self._get_metrics(base, {"name[]": DIVERTED_PROMPTS_TOTAL})
         return parse_router_reading(text, at=0.0).sample(PoolRole.PREFILL).diverted_prompts_total
 
     def _open(self) -> aiohttp.ClientSession:
@@ -225,15 +221,17 @@ class MetricsSource:
             self._session = aiohttp.ClientSession(timeout=self._timeout)
         return self._session
 
+    async def _get_metrics(self, base: str, params: Mapping[str, str] | None = None) -> str:
+        async with self._open().get(f"{base}/metrics", params=params) as response:
+            if response.status != 200:
+                raise ValueError(f"/metrics answered {response.status}")
+            return await response.text()
+
     async def _scrape_one(
         self, base: str, at: float
     ) -> tuple[RouterReading, dict[str, WorkerLoad]]:
-        session = self._open()
-        async with session.get(f"{base}/metrics") as response:
-            if response.status != 200:
-                raise ValueError(f"/metrics answered {response.status}")
-            text = await response.text()
-        async with session.get(f"{base}/readyz") as response:
+        text = await self._get_metrics(base)
+        async with self._open().get(f"{base}/readyz") as response:
             body = await response.read()  # 503 (not ready) still lists the workers
         try:
             views = parse_worker_loads(json.loads(body))
