@@ -266,6 +266,15 @@ def test_round_robin_cycles_in_key_order() -> None:
             id="saturated-but-a-local-prefill-would-stall-a-stream",
         ),
         pytest.param(
+            [w("d", queued_requests=1), w("p", P, queued_prefill_tokens=10**6)],
+            5000,
+            0,
+            PolicyConfig(prefill_saturation_tokens=10**5),
+            set(),
+            (PrefillPath.REMOTE, DecisionReason.DECODE_BUSY),
+            id="saturated-but-the-decode-worker-awaits-a-first-token",
+        ),
+        pytest.param(
             [w("d"), w("p", P, queued_prefill_tokens=10**6), w("q", P)],
             5000,
             0,

@@ -187,7 +187,7 @@ def render_report(results: Sequence[TraceResult], targets: Mapping[str, int], wa
         f"Deployment: gpt-oss-120b on simulated {PROFILE.upper()} TP1 workers in real time "
         "(speed-up 1), starting with 1 prefill and 1 decode worker (prefill up to 4, decode "
         "1-2), prompts of 2,048+ tokens disaggregated (to decode workers while the prefill "
-        "pool is empty, or saturated and the decode worker streams nothing); the builtin "
+        "pool is empty, or saturated and the decode worker has nothing in flight); the builtin "
         f"autoscaler every {INTERVAL_S} s (sooner when long prompts are diverted) with its "
         f"defaults and, per policy, {policies}. SLO per request: "
         f"TTFT <= {SLO.ttft_p90_s:g} s and mean ITL "
