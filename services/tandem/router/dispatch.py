@@ -262,9 +262,7 @@ class Dispatcher:
                 attempts.remote_reason or decision.reason,
             )
         if decision.path is PrefillPath.REMOTE and decision.prefill is not None:
-            handoff = await self._prefill(
-                request, route_request, decision.prefill, decision.decode, attempts
-            )
+            handoff = await self._prefill(request, route_request, decision, attempts)
             if handoff is not None:
                 attempts.remote_reason = decision.reason
                 return RouteDecision(
@@ -293,13 +291,16 @@ class Dispatcher:
         self,
         request: GenerationRequest,
         route_request: RouteRequest,
-        first_choice: str,
-        decode_key: str,
+        decision: RouteDecision,
         attempts: _Attempts,
     ) -> PrefillReply | None:
-        """Remote prefill with retries on other prefill workers; None -> prefill locally."""
+        """Remote prefill with retries on other prefill workers; None -> prefill locally.
+
+        A prompt sent to a saturated pool because its decode worker is busy
+        (``decode_busy``) is retried on saturated workers too: that worker is no less busy
+        after the failure."""
         cfg = self.config
-        key: str | None = first_choice
+        key, decode_key = decision.prefill, decision.decode
         decode = self._table.get(decode_key)
         decode_digest = decode.snapshot().config_digest if decode is not None else ""
         for attempt in range(cfg.max_prefill_attempts):
@@ -312,6 +313,7 @@ class Dispatcher:
                     cfg.policy,
                     decode_digest=decode_digest,
                     exclude=attempts.failed_prefill | {decode_key},
+                    include_saturated=decision.reason is DecisionReason.DECODE_BUSY,
                 )
                 key = chosen.key if chosen is not None else None
             worker = self._table.get(key) if key is not None else None

@@ -170,6 +170,33 @@ async def test_prefill_retry_then_remote_success() -> None:
     assert fx.metric("tandem_router_worker_errors_total", stage="prefill", kind="timeout") == 1
 
 
+async def test_decode_busy_prompt_retries_on_the_other_saturated_prefill_worker() -> None:
+    # Both prefill workers report a full queue and d1 streams: the prompt queues on p1
+    # (decode_busy); p1 fails it, and the retry must not fall back to a local prefill that
+    # would stall d1's stream just because p2 is saturated too.
+    fx = Fixture(
+        {"p1": P, "p2": P, "d1": D},
+        policy=PolicyConfig(min_prefill_tokens=100, prefill_saturation_tokens=10**5),
+    )
+    for prefill in ("p1", "p2"):
+        fx.workers[prefill].queued_prefill_tokens = 10**6
+    fx.workers["d1"].token_delay = 0.01
+    fx.workers["p1"].faults.prefill.append(WorkerErrorKind.INTERNAL)
+    async with running(fx) as router:
+        streaming = asyncio.create_task(collect(router, request(SHORT, 400, rid="s")))
+        await eventually(lambda: fx.workers["d1"].active == 1)
+        await router.poll_once()
+        chunks = await collect(router, request(LONG))
+        streaming.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await streaming
+    route = chunks[0].route
+    assert route is not None and route.path is PrefillPath.REMOTE
+    assert (route.prefill_worker, route.reason) == ("p2", DecisionReason.DECODE_BUSY)
+    assert fx.workers["d1"].local_prefills == 1  # the short prompt's only
+    assert tokens(chunks) == expected(request(LONG))
+
+
 async def test_all_prefill_failures_fall_back_to_local_prefill() -> None:
     fx = Fixture({"p1": P, "d1": D})
     fx.workers["p1"].kill()

@@ -94,6 +94,8 @@ class InProcessWorker:
         self.local_prefills = 0
         self.cancelled_streams = 0
         self.active = 0
+        # Prompt tokens waiting for prefill, as a busy engine reports them in its stats.
+        self.queued_prefill_tokens = 0
         self.closed = False
 
     def kill(self) -> None:
@@ -237,7 +239,7 @@ class InProcessWorker:
         self._check_alive()
         return WorkerStats(
             queued_requests=0,
-            queued_prefill_tokens=0,
+            queued_prefill_tokens=self.queued_prefill_tokens,
             active_sequences=self.active,
             kv_blocks_total=1024,
             kv_blocks_free=1024,
