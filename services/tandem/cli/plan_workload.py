@@ -15,6 +15,7 @@ from tandem.api.v1alpha1 import InferenceCluster
 from tandem.sim.metrics import Slo
 from tandem.sim.planner import Evaluation, Recommendation, Workload, recommend
 from tandem.sim.plot import PlotUnavailableError, plot_recommendation
+from tandem.sim.scaling_targets import compute_scaling_targets
 from tandem.sim.spec_setup import compute_setup
 
 EXIT_CANNOT = 1
@@ -65,7 +66,7 @@ def cmd_recommend(args: argparse.Namespace, source: str, cluster: InferenceClust
         workload, setup, limits, requests=args.requests,
         progress=lambda e: print(f"  tried {_row(e)}", flush=True),
     )  # fmt: skip
-    print(format_recommendation(result))
+    print(format_recommendation(result, setup.min_prefill_tokens))
     if args.plot is not None:
         try:
             path = plot_recommendation(result, args.plot, _title(cluster, workload))
@@ -76,7 +77,7 @@ def cmd_recommend(args: argparse.Namespace, source: str, cluster: InferenceClust
     return 0 if result.chosen is not None else EXIT_CANNOT
 
 
-def format_recommendation(result: Recommendation) -> str:
+def format_recommendation(result: Recommendation, min_prefill_tokens: int) -> str:
     chosen = result.chosen
     if chosen is None:
         lines = [f"CANNOT MEET THE SLO: {result.reason}"]
@@ -96,8 +97,37 @@ def format_recommendation(result: Recommendation) -> str:
             f"{chosen.tokens_per_second_per_user:.0f} tokens/s/user (median), "
             f"{chosen.requests} simulated requests judged",
             f"  {len(result.evaluated)} deployments simulated; none with fewer GPUs meets the SLO",
+            *_format_targets(result.workload, chosen, min_prefill_tokens),
         ]
     )
+
+
+def _format_targets(workload: Workload, chosen: Evaluation, min_prefill_tokens: int) -> list[str]:
+    """The spec values that keep the autoscaler at this point (``scaling_targets``)."""
+    targets = compute_scaling_targets(workload, chosen, min_prefill_tokens)
+    c = chosen.candidate
+    lines = ["  autoscaling targets for this per-worker load (spec):"]
+    if targets.prefill_tokens_per_second_per_replica is not None:
+        lines.append(
+            f"    autoscaling.prefill.targetTokensPerSecondPerReplica: "
+            f"{targets.prefill_tokens_per_second_per_replica}  # {workload.rate:g} req/s x "
+            f"{workload.isl} tokens / {_workers(c.prefill, 'prefill')}"
+        )
+    lines.append(
+        f"    autoscaling.decode.targetActiveSequencesPerReplica: "
+        f"{targets.decode_active_sequences_per_replica}  # {workload.rate:g} req/s x "
+        f"{chosen.mean_decode_seconds:.2f} s decoding / {_workers(c.decode, 'decode')}"
+    )
+    if targets.max_prefill_wait_seconds is not None:
+        lines.append(
+            f"    frontend.disaggregation.maxPrefillWaitSeconds: "
+            f"{targets.max_prefill_wait_seconds:g}  # the TTFT target"
+        )
+    return lines
+
+
+def _workers(count: int, pool: str) -> str:
+    return f"{count} {pool} worker{'' if count == 1 else 's'}"
 
 
 def _row(e: Evaluation) -> str:

@@ -72,6 +72,8 @@ class Evaluation:
     tokens_per_second_per_user: float
     requests: int
     meets: bool
+    # First token to last, averaged over the judged requests.
+    mean_decode_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +134,7 @@ def _summarize(
 ) -> Evaluation:
     if not judged:
         worst = Percentiles(math.inf, math.inf, math.inf)
-        return Evaluation(candidate, worst, worst, 0.0, 0.0, 0, False)
+        return Evaluation(candidate, worst, worst, 0.0, 0.0, 0, False, math.inf)
     ttft = compute_percentiles([o.ttft for o in judged])
     itl = compute_percentiles([o.itl for o in judged])
     users = sorted(1 / o.itl for o in judged if o.itl > 0)
@@ -149,6 +151,7 @@ def _summarize(
         users[len(users) // 2] if users else 0.0,
         len(judged),
         meets,
+        sum(o.end - o.first_token for o in judged) / len(judged),
     )
 
 

@@ -33,7 +33,24 @@ def test_recommends_with_the_numbers_and_a_plot(
     assert code == 0, out
     assert "SLO TTFT p90 <= 0.5 s, ITL p90 <= 5 ms" in out
     assert "recommended: " in out and "tokens/s/GPU" in out and "TTFT p50/p90/p99" in out
+    # 1k prompts stay under the example's disaggregation threshold: a decode target only.
+    assert "autoscaling.decode.targetActiveSequencesPerReplica: " in out
+    assert "targetTokensPerSecondPerReplica" not in out
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_disaggregated_recommendation_prints_the_targets_that_hold_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    gb200 = str(EXAMPLES / "gpt-oss-120b-gb200.yaml")
+    code = run("-f", gb200, "--isl", "32768", "--osl", "1024", "--rate", "8",
+               "--ttft-p90", "2", "--itl-p90-ms", "6")  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "recommended: 3 prefill + 1 decode workers" in out
+    # 8 x 32768 / 3 = 87,381.3 prompt tokens/s per prefill worker, rounded down.
+    assert "autoscaling.prefill.targetTokensPerSecondPerReplica: 87381  #" in out
+    assert "frontend.disaggregation.maxPrefillWaitSeconds: 2  # the TTFT target" in out
 
 
 def test_an_slo_no_gpu_can_meet(capsys: pytest.CaptureFixture[str]) -> None:
