@@ -168,8 +168,8 @@ class DisaggregationSpec(ApiModel):
         description="The longest a long prompt may take on the prefill pool, its queue "
         "included (queued tokens over each worker's measured prefill rate); when every "
         "prefill worker would take longer, it is prefilled on its decode worker instead, "
-        "if that worker has no sequence in flight (a local prefill stalls its streams, and "
-        "those awaiting a first token); otherwise it queues on the prefill worker that "
+        "if that worker streams nothing and has no local prefill pending (a local prefill "
+        "stalls its streams); otherwise it queues on the prefill worker that "
         "finishes first. Set it to the time-to-first-token target. Unset: a prefill "
         "worker with four maximal prompts queued is full.",
     )

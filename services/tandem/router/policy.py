@@ -208,12 +208,14 @@ def choose_prefill_path(
     if not untried:
         return PrefillPath.LOCAL, DecisionReason.PREFILL_FAILED
     if all(_saturated(w, request.prompt_tokens, config) for w in untried):
-        if decode.active_sequences > 0 or decode.queued_requests > 0:
+        if decode.active_sequences > 0 or decode.queued_prefill_tokens > 0:
             # A local prefill stops every sequence this worker streams for as long as
             # it runs (~0.3 s for 32k on a GB200: a 64-token answer's whole ITL budget);
-            # one prompt waiting longer costs only that prompt. Sequences still waiting
-            # for their first token count: they stream the moment it comes, and a clump
-            # of diverted prompts would otherwise queue here one after another.
+            # one prompt waiting longer costs only that prompt. A local prefill already
+            # pending counts too: a clump of diverted prompts would otherwise queue here
+            # one after another, each stalling the one before as it starts to stream. A
+            # sequence awaiting remotely prefilled KV does not: while the pool is short
+            # the decode worker's own prefills are capacity it needs.
             return PrefillPath.REMOTE, DecisionReason.DECODE_BUSY
         return PrefillPath.LOCAL, DecisionReason.PREFILL_SATURATED
     return PrefillPath.REMOTE, DecisionReason.LONG_PROMPT

@@ -266,13 +266,27 @@ def test_round_robin_cycles_in_key_order() -> None:
             id="saturated-but-a-local-prefill-would-stall-a-stream",
         ),
         pytest.param(
-            [w("d", queued_requests=1), w("p", P, queued_prefill_tokens=10**6)],
+            [
+                w("d", queued_requests=1, queued_prefill_tokens=5000),
+                w("p", P, queued_prefill_tokens=10**6),
+            ],
             5000,
             0,
             PolicyConfig(prefill_saturation_tokens=10**5),
             set(),
             (PrefillPath.REMOTE, DecisionReason.DECODE_BUSY),
-            id="saturated-but-the-decode-worker-awaits-a-first-token",
+            id="saturated-but-the-decode-worker-has-a-local-prefill-pending",
+        ),
+        # Only awaiting remotely prefilled KV: the decode worker still prefills locally,
+        # capacity a short prefill pool needs.
+        pytest.param(
+            [w("d", queued_requests=1), w("p", P, queued_prefill_tokens=10**6)],
+            5000,
+            0,
+            PolicyConfig(prefill_saturation_tokens=10**5),
+            set(),
+            (PrefillPath.LOCAL, DecisionReason.PREFILL_SATURATED),
+            id="saturated-and-the-decode-worker-only-awaits-remote-kv",
         ),
         pytest.param(
             [w("d"), w("p", P, queued_prefill_tokens=10**6), w("q", P)],

@@ -76,8 +76,8 @@ def test_a_wait_limit_sends_what_would_queue_too_long_to_the_decode_worker(
     assert len(outcomes) == 4
     # No limit: 4 prompts' worth is under the token threshold, all go remote; 2.5
     # prefills: the third of the burst goes local; 1.5: the second does, and the third
-    # queues on the prefill worker after all (decode_busy: a local prefill would hold up
-    # the second, which waits on that decode worker for its first token).
+    # queues on the prefill worker after all (decode_busy: the second's local prefill is
+    # pending on that decode worker, and would stream the moment it ends).
     assert sum(o.remote for o in outcomes) == remote
 
 
