@@ -302,10 +302,22 @@ class KvTransferSpec(ApiModel):
 class ScalingBehavior(ApiModel):
     """How fast a pool may move."""
 
-    scale_up_stabilization_seconds: int = Field(default=0, ge=0, le=3600)
+    scale_up_stabilization_seconds: int = Field(
+        default=0,
+        ge=0,
+        le=3600,
+        description="Grow only as far as every round that measured the load of this many "
+        "seconds asks (30 at 5 s rounds: six rounds); 0: at once.",
+    )
     # 30 s / 4 keep GPU-seconds within 1.25x of an oracle on bursty traces in the
     # simulator (docs/autoscaling.md); 60 s / 1 cost ~1.4x on two-minute bursts.
-    scale_down_stabilization_seconds: int = Field(default=30, ge=0, le=3600)
+    scale_down_stabilization_seconds: int = Field(
+        default=30,
+        ge=0,
+        le=3600,
+        description="Shrink only as far as every round that measured the load of this many "
+        "seconds allows (30 at 5 s rounds: six rounds); 0: at once.",
+    )
     max_step_up: int = Field(default=4, ge=1, le=100, description="Most replicas added at once.")
     max_step_down: int = Field(default=4, ge=1, le=100, description="Most removed at once.")
     tolerance: float = Field(

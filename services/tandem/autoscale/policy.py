@@ -223,9 +223,12 @@ def _remember(
 
 
 def _in_window(age: float, window: float, config: ScalingConfig) -> bool:
-    # Loops tick late, never early: half an interval of slack keeps "the last 60 s" from
-    # losing its oldest sample to a few milliseconds of jitter.
-    return window > 0 and age <= window + config.interval_seconds / 2
+    """Whether a recommendation ``age`` seconds old speaks for the load of the last
+    ``window`` seconds. Each one measured the interval before it (arrivals since the
+    round before), so the window holds those measured inside it: a 30 s window at 5 s
+    rounds is six of them, now and five back. Half an interval either side keeps the
+    count from following a loop's jitter."""
+    return window > 0 and age < window - config.interval_seconds / 2
 
 
 def _stabilize(
