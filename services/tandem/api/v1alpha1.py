@@ -310,7 +310,7 @@ class ScalingBehavior(ApiModel):
         "seconds asks (30 at 5 s rounds: six rounds); 0: at once.",
     )
     # 30 s / 4 keep GPU-seconds within 1.25x of an oracle on bursty traces in the
-    # simulator (docs/autoscaling.md); 60 s / 1 cost ~1.4x on two-minute bursts.
+    # simulator (docs/autoscaling.md); 60 s / 1 cost ~1.5x on two-minute bursts.
     scale_down_stabilization_seconds: int = Field(
         default=30,
         ge=0,
