@@ -58,9 +58,10 @@ class Candidate:
 
     @property
     def name(self) -> str:
+        workers = "worker" if self.prefill + self.decode == 1 else "workers"
         if self.prefill == 0:
-            return f"aggregated, {self.decode} workers"
-        return f"{self.prefill} prefill + {self.decode} decode workers"
+            return f"aggregated, {self.decode} {workers}"
+        return f"{self.prefill} prefill + {self.decode} decode {workers}"
 
 
 @dataclass(frozen=True, slots=True)

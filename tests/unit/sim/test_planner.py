@@ -51,6 +51,18 @@ def test_candidates_at_a_gpu_count() -> None:
     assert _candidates(7, limits, 2.5, ideal) == [Candidate(3, 2, 1, 2)]
 
 
+@pytest.mark.parametrize(
+    ("candidate", "name"),
+    [
+        (Candidate(0, 1, 1, 1), "aggregated, 1 worker"),
+        (Candidate(0, 4, 1, 1), "aggregated, 4 workers"),
+        (Candidate(1, 1, 1, 1), "1 prefill + 1 decode workers"),
+    ],
+)
+def test_candidate_names(candidate: Candidate, name: str) -> None:
+    assert candidate.name == name
+
+
 def test_an_itl_no_gpu_reaches_is_refused_without_simulating() -> None:
     result = recommend(Workload(1024, 64, 1.0, Slo(1.0, 0.001)), SETUP, Limits(4, 4, 1, 1))
     assert result.chosen is None and not result.evaluated
