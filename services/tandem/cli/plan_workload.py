@@ -89,14 +89,15 @@ def format_recommendation(result: Recommendation, min_prefill_tokens: int) -> st
     split = "" if c.prefill == 0 else f", P:D = {c.prefill}:{c.decode}"
     return "\n".join(
         [
-            f"recommended: {c.name}{split}, {c.gpus} GPUs",
+            f"recommended: {c.name}{split}, {_counted(c.gpus, 'GPU')}",
             f"  TTFT p50/p90/p99 {chosen.ttft.p50:.2f} / {chosen.ttft.p90:.2f} / "
             f"{chosen.ttft.p99:.2f} s; ITL p50/p90/p99 {chosen.itl.p50 * 1e3:.1f} / "
             f"{chosen.itl.p90 * 1e3:.1f} / {chosen.itl.p99 * 1e3:.1f} ms",
             f"  {chosen.tokens_per_second_per_gpu:,.0f} tokens/s/GPU, "
             f"{chosen.tokens_per_second_per_user:.0f} tokens/s/user (median), "
             f"{chosen.requests} simulated requests judged",
-            f"  {len(result.evaluated)} deployments simulated; none with fewer GPUs meets the SLO",
+            f"  {_counted(len(result.evaluated), 'deployment')} simulated; none with fewer GPUs "
+            "meets the SLO",
             *_format_targets(result.workload, chosen, min_prefill_tokens),
         ]
     )
@@ -127,13 +128,17 @@ def _format_targets(workload: Workload, chosen: Evaluation, min_prefill_tokens: 
 
 
 def _workers(count: int, pool: str) -> str:
-    return f"{count} {pool} worker{'' if count == 1 else 's'}"
+    return _counted(count, f"{pool} worker")
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _row(e: Evaluation) -> str:
     verdict = "meets" if e.meets else "misses"
     return (
-        f"{e.candidate.name} ({e.candidate.gpus} GPUs): TTFT p90 {e.ttft.p90:.2f} s, "
+        f"{e.candidate.name} ({_counted(e.candidate.gpus, 'GPU')}): TTFT p90 {e.ttft.p90:.2f} s, "
         f"ITL p90 {e.itl.p90 * 1e3:.1f} ms -> {verdict}"
     )
 

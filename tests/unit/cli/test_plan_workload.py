@@ -4,6 +4,7 @@ no GPU can meet said in one line (exit 1), incomplete or unplannable input (exit
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,9 @@ def test_recommends_with_the_numbers_and_a_plot(
     assert code == 0, out
     assert "SLO TTFT p90 <= 0.5 s, ITL p90 <= 5 ms" in out
     assert "recommended: " in out and "tokens/s/GPU" in out and "TTFT p50/p90/p99" in out
+    # Counts read as counts ("1 deployment", "1 GPU", "2 GPUs").
+    assert re.search(r"^  (1 deployment|\d+ deployments) simulated;", out, re.MULTILINE), out
+    assert re.search(r"^recommended: .*, (1 GPU|\d+ GPUs)$", out, re.MULTILINE), out
     # 1k prompts stay under the example's disaggregation threshold: a decode target only.
     assert "autoscaling.decode.targetActiveSequencesPerReplica: " in out
     assert "targetTokensPerSecondPerReplica" not in out
