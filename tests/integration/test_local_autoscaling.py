@@ -193,13 +193,13 @@ def busy_rounds(record: AutoscalingRecord, pool: str) -> list[tuple[int, float]]
 def test_a_burst_scales_prefill_up_within_two_intervals_and_back_to_zero(
     start: Callable[[dict[str, Any]], LocalCluster],
 ) -> None:
-    window_s = 4
+    interval_s, window_s = 1, 4
     cluster = start(
         {
             "prefill": {"replicas": 1, "minReplicas": 0, "maxReplicas": 3},
             "decode": {"replicas": 1, "minReplicas": 1, "maxReplicas": 1},
             "autoscaling": {
-                "intervalSeconds": 1,
+                "intervalSeconds": interval_s,
                 "prefill": {
                     "targetQueuedTokensPerReplica": 2048,
                     "scaleDownStabilizationSeconds": window_s,
@@ -231,7 +231,7 @@ def test_a_burst_scales_prefill_up_within_two_intervals_and_back_to_zero(
     # left the window (it measured the round before it: window - interval after it).
     # A lower bound, so no slowness can break it.
     zero = next(e for e in down if e.to_replicas == 0)
-    assert zero.at - last_busy_at >= window_s - 1
+    assert zero.at - last_busy_at >= window_s - interval_s
     assert [e.reason for e in down][-1] in ("PoolIdle", "QueuedTokensBelowTarget")
 
     # 3. A burst while at zero: the router prefills on the decode worker and reports the
