@@ -8,11 +8,13 @@ test_openai_reference.py runs the reference engine with the example's model, Smo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -230,6 +232,33 @@ def test_killed_supervisor_leaves_no_orphans(tmp_path: Path, home: Path) -> None
             process.kill()
 
 
+class MembersWatch:
+    """Poll a membership file from a thread: every distinct view of its entries."""
+
+    def __init__(self, path: Path) -> None:
+        self.first = {m["address"] for m in json.loads(path.read_text())["workers"]}
+        self.views: list[set[tuple[str, bool]]] = []
+        self._path, self._done = path, threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._done.wait(0.01):
+            with contextlib.suppress(OSError, ValueError):
+                workers = json.loads(self._path.read_text())["workers"]
+                view = {
+                    (m["address"], bool(m.get("starting")))
+                    for m in workers
+                    if m["address"] not in self.first
+                }
+                if not self.views or self.views[-1] != view:
+                    self.views.append(view)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
 def test_supervisor_restarts_dead_workers_and_scales(tmp_path: Path) -> None:
     spec = write_cluster(tmp_path, **{"prefill.replicas": 1, "prefill.maxReplicas": 3})
     cluster = load_inference_cluster(spec)
@@ -264,9 +293,17 @@ def test_supervisor_restarts_dead_workers_and_scales(tmp_path: Path) -> None:
         supervisor.supervise(lambda: restarted() or time.monotonic() > deadline, interval_s=0.1)
         assert any("prefill-0 exited" in line for line in lines)
 
+        # New workers are in the file as starting while they start, so the router knows
+        # capacity is on its way, and as ready once they are.
+        seen = MembersWatch(plan.members_file)
         supervisor.scale(PoolRole.PREFILL, 3)
+        seen.stop()
         members = json.loads(plan.members_file.read_text())["workers"]
         assert sum(m["role"] == "prefill" for m in members) == 3
+        assert not any(m.get("starting") for m in members)
+        new = {m["address"] for m in members} - seen.first
+        assert len(new) == 2
+        assert any(v == {(a, True) for a in new} for v in seen.views), seen.views
         assert supervisor.pool_size(PoolRole.PREFILL) == 3
         supervisor.scale(PoolRole.PREFILL, 1)
         members = json.loads(plan.members_file.read_text())["workers"]

@@ -173,6 +173,16 @@ class DisaggregationSpec(ApiModel):
         "finishes first. Set it to the time-to-first-token target. Unset: a prefill "
         "worker with four maximal prompts queued is full.",
     )
+    max_prefill_start_wait_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=3600,
+        description="How long a long prompt may wait for a prefill worker that is "
+        "starting (a pod not ready yet) when none is ready and its decode worker streams, "
+        "instead of prefilling there and stalling those streams; past it, it prefills on "
+        "the decode worker. Worth about one worker start when the prefill pool scales "
+        "from zero. Unset: prompts never wait.",
+    )
 
 
 class FrontendSpec(ApiModel):

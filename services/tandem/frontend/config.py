@@ -34,6 +34,7 @@ class _Doc(BaseModel):
 class DisaggregationSettings(_Doc):
     min_prefill_tokens: int = Field(default=512, ge=0)
     max_prefill_wait_seconds: float | None = Field(default=None, gt=0)
+    max_prefill_start_wait_seconds: float | None = Field(default=None, gt=0)
 
 
 class FrontendSettings(_Doc):
@@ -120,6 +121,9 @@ def compute_router_config(config: FrontendConfig) -> RouterConfig:
         # wait limit, one that would take longer than it).
         prefill_saturation_tokens=tuning.prefill_saturation_tokens or 4 * max_input,
         max_prefill_wait_seconds=config.frontend.disaggregation.max_prefill_wait_seconds,
+        max_prefill_start_wait_seconds=(
+            config.frontend.disaggregation.max_prefill_start_wait_seconds
+        ),
     )
     return RouterConfig(
         policy=policy,
@@ -154,6 +158,9 @@ def render_frontend_config(
             disaggregation=DisaggregationSettings(
                 min_prefill_tokens=spec.frontend.disaggregation.min_prefill_tokens,
                 max_prefill_wait_seconds=spec.frontend.disaggregation.max_prefill_wait_seconds,
+                max_prefill_start_wait_seconds=(
+                    spec.frontend.disaggregation.max_prefill_start_wait_seconds
+                ),
             ),
             max_queued_requests=spec.frontend.max_queued_requests,
         ),

@@ -40,6 +40,7 @@ from tandem.router.policy import (
     PrefillPath,
     RouteDecision,
     RouteRequest,
+    WorkerRole,
     choose_prefill_worker,
     choose_route,
 )
@@ -109,6 +110,7 @@ class Dispatcher:
         clock: Callable[[], float],
         index: KvIndex,
         await_round: Callable[[float], Awaitable[bool]] | None = None,
+        next_round: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         self.config = config
         self._table = table
@@ -120,6 +122,10 @@ class Dispatcher:
         # A fresh health round while the worker set settles (membership adopted, new
         # workers checked); False: nothing is changing. None: never wait.
         self._await_round = await_round
+        # The next health round, whatever is changing (at most the given seconds): a
+        # prompt waiting for a starting prefill worker looks again after each. None: no
+        # rounds run, so no prompt waits.
+        self._next_round = next_round
         self._turn = 0
 
     def forget_worker(self, key: str, incarnation: str | None) -> None:
@@ -248,6 +254,8 @@ class Dispatcher:
             if left <= 0 or not await self._await_round(left):
                 break
             decision = self._choose(route_request, cached, attempts)
+        if decision is not None and decision.path is PrefillPath.WAIT:
+            decision = await self._wait_for_prefill(route_request, cached, attempts)
         if decision is None:
             if attempts.failed_decode:
                 raise self._exhausted(attempts)
@@ -273,10 +281,44 @@ class Dispatcher:
             decision.decode, None, PrefillPath.LOCAL, attempts.local_reason or decision.reason
         )
 
-    def _choose(
+    async def _wait_for_prefill(
         self, route_request: RouteRequest, cached: Mapping[str, int], attempts: _Attempts
     ) -> RouteDecision | None:
+        """Hold a long prompt while a prefill worker starts (the policy said WAIT),
+        looking again after each health round until it routes elsewhere: remote once a
+        prefill worker is ready, local once the wait limit has passed. Its tokens count
+        as prefill demand the pool does not hold meanwhile."""
+        limit = self.config.policy.max_prefill_start_wait_seconds or 0.0
+        since = self._clock()
+        self._metrics.diverted_prefill_tokens.inc(route_request.prompt_tokens)
+        try:
+            while True:
+                left = limit - (self._clock() - since)
+                if self._next_round is not None and left > 0:
+                    await self._next_round(left)
+                waited = self._clock() - since
+                decision = self._choose(route_request, cached, attempts, waited_seconds=waited)
+                if decision is None or decision.path is not PrefillPath.WAIT:
+                    break
+        finally:
+            self._metrics.diverted_prefill_tokens.dec(route_request.prompt_tokens)
+        if decision is None:
+            return None
+        path = "remote" if decision.path is PrefillPath.REMOTE else "local"
+        self._metrics.prefill_start_waits.labels(path).observe(self._clock() - since)
+        return decision
+
+    def _choose(
+        self,
+        route_request: RouteRequest,
+        cached: Mapping[str, int],
+        attempts: _Attempts,
+        *,
+        waited_seconds: float = 0.0,
+    ) -> RouteDecision | None:
         self._turn += 1
+        # Without health rounds nothing would tell a waiting prompt a worker is ready.
+        starting = self._table.starting(WorkerRole.PREFILL) if self._next_round else 0
         return choose_route(
             self._table.snapshots(),
             route_request,
@@ -285,6 +327,8 @@ class Dispatcher:
             turn=self._turn,
             failed_decode=attempts.failed_decode,
             failed_prefill=attempts.failed_prefill,
+            prefill_starting=starting,
+            waited_seconds=waited_seconds,
         )
 
     async def _prefill(

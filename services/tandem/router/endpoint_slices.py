@@ -1,13 +1,15 @@
-"""Membership from the Kubernetes API: the ready endpoints of each pool's Service.
+"""Membership from the Kubernetes API: the endpoints of each pool's Service.
 
 In a cluster the frontend finds workers the way kube-proxy does, by watching the
 EndpointSlices of each pool's Service (``kubernetes.io/service-name=<service>``), not by
 DNS: there may be no cluster DNS, and DNS answers hide readiness and termination.
 
-- Only endpoints whose ``conditions.ready`` holds are members (an absent condition counts
-  as ready, as the API documents). A terminating pod's endpoint turns not-ready: the
-  router then stops giving it new work and lets what it has in flight finish (see
-  ``WorkerTable.reconcile``).
+- Endpoints whose ``conditions.ready`` holds are members the router routes to (an absent
+  condition counts as ready, as the API documents). A terminating pod's endpoint turns
+  not-ready: the router then stops giving it new work and lets what it has in flight
+  finish (see ``WorkerTable.reconcile``). A not-ready endpoint that is not terminating
+  is a pod starting (or failing its readiness probe): a starting member, never routed
+  to, that a long prompt may wait for (``policy``).
 - The target port is found by name in each slice (``kubernetes:///SVC.NS:grpc``) or
   taken as a number (``kubernetes:///SVC.NS:50051``).
 - One list, then a watch from its resourceVersion; ``410 Gone`` or a broken stream
@@ -87,9 +89,10 @@ def _slice_port(endpoint_slice: Mapping[str, Any], wanted: str | int) -> int | N
 def compute_members(
     slices: Iterable[Mapping[str, Any]], port: str | int, role: WorkerRole
 ) -> tuple[Member, ...]:
-    """Members for a Service's EndpointSlices (API JSON): ready endpoints only, sorted,
-    each address once."""
-    addresses: set[str] = set()
+    """Members for a Service's EndpointSlices (API JSON), sorted, each address once:
+    ready endpoints, and not-ready ones not terminating as starting (an address ready in
+    one slice is ready)."""
+    addresses: dict[str, bool] = {}  # address -> starting
     for endpoint_slice in slices:
         if endpoint_slice.get("addressType") not in ("IPv4", "IPv6"):
             continue  # FQDN slices name no pod
@@ -97,11 +100,14 @@ def compute_members(
         if number is None:
             continue
         for endpoint in endpoint_slice.get("endpoints") or ():
-            if (endpoint.get("conditions") or {}).get("ready") is False:
+            conditions = endpoint.get("conditions") or {}
+            starting = conditions.get("ready") is False
+            if starting and conditions.get("terminating") is True:
                 continue
             for address in endpoint.get("addresses") or ():
-                addresses.add(f"[{address}]:{number}" if ":" in address else f"{address}:{number}")
-    return tuple(Member(address, role) for address in sorted(addresses))
+                key = f"[{address}]:{number}" if ":" in address else f"{address}:{number}"
+                addresses[key] = addresses.get(key, True) and starting
+    return tuple(Member(a, role, starting=addresses[a]) for a in sorted(addresses))
 
 
 async def load_api_client() -> kube_client.ApiClient:
@@ -187,13 +193,15 @@ class EndpointSliceMembership:
     def _update(self) -> None:
         members = compute_members(self._slices.values(), self._target.port, self._role)
         if members != self._members:
+            ready = [m.address for m in members if not m.starting]
             logger.info(
-                "%s pool (%s/%s): %d ready worker(s) %s",
+                "%s pool (%s/%s): %d ready worker(s) %s, %d starting",
                 self._role.value,
                 self._target.namespace,
                 self._target.service,
-                len(members),
-                ", ".join(m.address for m in members),
+                len(ready),
+                ", ".join(ready),
+                len(members) - len(ready),
             )
             self._members = members
             for callback in self._changed:

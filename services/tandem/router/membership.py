@@ -4,10 +4,15 @@ A ``MembershipSource`` answers "which worker addresses exist now, in which pool"
 router asks on every health round and reconciles its worker table. Sources:
 
 - ``FileMembership``: a JSON file another process rewrites (``tandem up`` does when it
-  scales), ``{"workers": [{"address": "127.0.0.1:5001", "role": "prefill"}, ...]}``;
+  scales), ``{"workers": [{"address": "127.0.0.1:5001", "role": "prefill"}, ...]}``; an
+  entry with ``"starting": true`` is a worker launched but not ready yet;
 - ``StaticMembership``: a fixed set;
-- ``endpoint_slices.EndpointSliceMembership``: the ready endpoints of a pool's Service,
-  from the Kubernetes API (the in-cluster case).
+- ``endpoint_slices.EndpointSliceMembership``: the endpoints of a pool's Service, from
+  the Kubernetes API (the in-cluster case): ready ones, and not-ready ones that are not
+  terminating as starting.
+
+The router routes only to members that are not starting; starting ones tell it capacity
+is on its way (a long prompt may wait for it, see ``policy``).
 
 ``targets.membership_from_targets`` builds them from the frontend contract's
 ``workers`` map.
@@ -32,6 +37,7 @@ logger = logging.getLogger(__name__)
 class Member:
     address: str  # host:port of the worker's gRPC server
     role: WorkerRole
+    starting: bool = False  # launched, not ready: not routable yet
 
 
 class MembershipSource(Protocol):
@@ -73,19 +79,23 @@ def parse_members(document: object) -> tuple[Member, ...]:
         if not isinstance(entry, dict):
             raise ValueError("each worker must be an object with address and role")
         address, role = entry.get("address"), entry.get("role")
+        starting = entry.get("starting", False)
         if not isinstance(address, str) or not address:
             raise ValueError(f"worker address must be a non-empty string, got {address!r}")
         if role not in roles:
             raise ValueError(f"worker role must be prefill, decode or both, got {role!r}")
-        members.append(Member(address=address, role=WorkerRole(str(role))))
+        if not isinstance(starting, bool):
+            raise ValueError(f"worker starting must be true or false, got {starting!r}")
+        members.append(Member(address=address, role=WorkerRole(str(role)), starting=starting))
     return tuple(members)
 
 
 def render_members(members: Sequence[Member]) -> str:
-    return json.dumps(
-        {"workers": [{"address": m.address, "role": m.role.value} for m in members]},
-        indent=2,
-    )
+    workers = [
+        {"address": m.address, "role": m.role.value} | ({"starting": True} if m.starting else {})
+        for m in members
+    ]
+    return json.dumps({"workers": workers}, indent=2)
 
 
 def write_members(path: Path, members: Sequence[Member]) -> None:

@@ -103,13 +103,23 @@ class RouterMetrics:
         self.diverted_prefill_tokens = Gauge(
             "tandem_router_diverted_prefill_tokens",
             "Prompt tokens prefilling on decode workers only because the prefill pool was "
-            "empty, unhealthy or saturated (first token not yet back): demand for that pool.",
+            "empty, unhealthy or saturated (first token not yet back), or waiting for a "
+            "prefill worker to start: demand for that pool it does not hold.",
             registry=registry,
         )
         self.diverted_prompts = Counter(
             "tandem_router_diverted_prompts_total",
             "Long prompts sent to a decode worker's prefill because the prefill pool was "
             "empty, unhealthy or saturated: the autoscaler decides at once when this grows.",
+            registry=registry,
+        )
+        self.prefill_start_waits = Histogram(
+            "tandem_router_prefill_start_wait_seconds",
+            "How long long prompts waited for a starting prefill worker (none was ready and "
+            "their decode worker streamed), by where they then prefilled: remote (it "
+            "started in time) or local (the wait limit passed first).",
+            ["path"],
+            buckets=PREFILL_BUCKETS,
             registry=registry,
         )
         self.prefill_seconds = Histogram(

@@ -11,6 +11,11 @@ Conditional disaggregation: moving KV only pays off for long, uncached prompts. 
 or mostly cached prompts, and every prompt when the prefill pool is empty, unhealthy,
 saturated or runs another model, prefill locally on the decode worker.
 
+A long prompt with no ready prefill worker but one starting (in membership, not ready
+yet) may wait for it instead, when a start wait limit is set and its decode worker
+streams: one late first token rather than every stream there stalled for a whole
+prefill. Past the limit it prefills locally as before.
+
 Saturated is judged in time when a wait limit is set: a prompt prefilled on a decode
 worker stalls every stream there for its whole prefill (each of those misses its
 inter-token target), so it goes there only when the prefill pool would take longer
@@ -38,6 +43,7 @@ class WorkerRole(enum.StrEnum):
 class PrefillPath(enum.StrEnum):
     REMOTE = "remote"  # prefill pool, KV moved to the decode worker
     LOCAL = "local"  # the decode worker prefills itself
+    WAIT = "wait"  # no prefill worker yet: look again when one has started
 
 
 class DecisionReason(enum.StrEnum):
@@ -45,6 +51,7 @@ class DecisionReason(enum.StrEnum):
     SHORT_PROMPT = "short_prompt"
     CACHED_PREFIX = "cached_prefix"
     NO_PREFILL_WORKERS = "no_prefill_workers"
+    PREFILL_STARTING = "prefill_starting"  # none ready, one starting, decode worker busy
     PREFILL_UNHEALTHY = "prefill_unhealthy"
     PREFILL_SATURATED = "prefill_saturated"
     # Every prefill worker past its limit, but the decode worker streams sequences that a
@@ -107,6 +114,9 @@ class PolicyConfig:
     # ...or, when set and the worker's rate is known, one that would take longer than
     # this to prefill a prompt, its queue included.
     max_prefill_wait_seconds: float | None = None
+    # A long prompt finding no ready prefill worker waits up to this long for one that is
+    # starting, while its decode worker streams (None: it never waits).
+    max_prefill_start_wait_seconds: float | None = None
     # A full prefix hit is worth this many active sequences when choosing a decode worker.
     overlap_weight: float = 2.0
     # Added to a decode worker's cost when its free KV cannot hold the request.
@@ -182,24 +192,41 @@ def choose_prefill_path(
     config: PolicyConfig,
     *,
     failed_prefill: AbstractSet[str] = frozenset(),
+    prefill_starting: int = 0,
+    waited_seconds: float = 0.0,
 ) -> tuple[PrefillPath, DecisionReason]:
-    """Whether a request prefills on the prefill pool (remote) or its decode worker.
+    """Whether a request prefills on the prefill pool (remote), on its decode worker
+    (local), or waits for a prefill worker that is starting.
 
     ``decode_cached_tokens``: prompt tokens the decode worker's cache already holds;
-    ``failed_prefill`` lists prefill workers that already failed this request."""
+    ``failed_prefill`` lists prefill workers that already failed this request;
+    ``prefill_starting`` counts prefill workers in membership but not ready yet, and
+    ``waited_seconds`` is how long this request has waited for them."""
     # A short prompt stays local whatever the prefill pool holds: counting it as
     # "no_prefill_workers" while that pool is at zero would report demand it never had.
     if request.prompt_tokens < config.min_prefill_tokens:
         return PrefillPath.LOCAL, DecisionReason.SHORT_PROMPT
-    pool = [w for w in workers if w.serves_prefill and w.key != decode.key]
-    if not pool:
-        return PrefillPath.LOCAL, DecisionReason.NO_PREFILL_WORKERS
     if config.routing is not RoutingPolicy.KV_AWARE:
         decode_cached_tokens = 0
-    if request.prompt_tokens - decode_cached_tokens < config.min_prefill_tokens:
+    uncached = request.prompt_tokens - decode_cached_tokens
+    may_wait = (
+        uncached >= config.min_prefill_tokens
+        and prefill_starting > 0
+        and config.max_prefill_start_wait_seconds is not None
+        and waited_seconds < config.max_prefill_start_wait_seconds
+        and _decode_busy(decode)
+    )
+    pool = [w for w in workers if w.serves_prefill and w.key != decode.key]
+    if not pool:
+        if may_wait:
+            return PrefillPath.WAIT, DecisionReason.PREFILL_STARTING
+        return PrefillPath.LOCAL, DecisionReason.NO_PREFILL_WORKERS
+    if uncached < config.min_prefill_tokens:
         return PrefillPath.LOCAL, DecisionReason.CACHED_PREFIX
     available = [w for w in pool if w.available]
     if not available:
+        if may_wait:
+            return PrefillPath.WAIT, DecisionReason.PREFILL_STARTING
         return PrefillPath.LOCAL, DecisionReason.PREFILL_UNHEALTHY
     available = [w for w in available if compatible(w, decode.config_digest)]
     if not available:
@@ -208,17 +235,21 @@ def choose_prefill_path(
     if not untried:
         return PrefillPath.LOCAL, DecisionReason.PREFILL_FAILED
     if all(_saturated(w, request.prompt_tokens, config) for w in untried):
-        if decode.active_sequences > 0 or decode.queued_prefill_tokens > 0:
-            # A local prefill stops every sequence this worker streams for as long as
-            # it runs (~0.3 s for 32k on a GB200: a 64-token answer's whole ITL budget);
-            # one prompt waiting longer costs only that prompt. A local prefill already
-            # pending counts too: a clump of diverted prompts would otherwise queue here
-            # one after another, each stalling the one before as it starts to stream. A
-            # sequence awaiting remotely prefilled KV does not: while the pool is short
-            # the decode worker's own prefills are capacity it needs.
+        if _decode_busy(decode):
             return PrefillPath.REMOTE, DecisionReason.DECODE_BUSY
         return PrefillPath.LOCAL, DecisionReason.PREFILL_SATURATED
     return PrefillPath.REMOTE, DecisionReason.LONG_PROMPT
+
+
+def _decode_busy(decode: WorkerSnapshot) -> bool:
+    """Whether a local prefill would stall work on ``decode``: it stops every sequence
+    the worker streams for as long as it runs (~0.3 s for 32k on a GB200: a 64-token
+    answer's whole ITL budget), while a prompt waiting for the prefill pool costs only
+    that prompt. A local prefill already pending counts too: a clump of diverted prompts
+    would otherwise queue here one after another, each stalling the one before as it
+    starts to stream. A sequence awaiting remotely prefilled KV does not: while the
+    prefill pool is short the decode worker's own prefills are capacity it needs."""
+    return decode.active_sequences > 0 or decode.queued_prefill_tokens > 0
 
 
 def _saturated(worker: WorkerSnapshot, prompt_tokens: int, config: PolicyConfig) -> bool:
@@ -276,11 +307,14 @@ def choose_route(
     turn: int = 0,
     failed_decode: AbstractSet[str] = frozenset(),
     failed_prefill: AbstractSet[str] = frozenset(),
+    prefill_starting: int = 0,
+    waited_seconds: float = 0.0,
 ) -> RouteDecision | None:
     """The full decision for one request; None when no decode worker is available.
 
     ``cached`` maps workers to the prompt tokens their KV caches hold; ``failed_*``
-    name workers that already failed this request (retries avoid them)."""
+    name workers that already failed this request (retries avoid them);
+    ``prefill_starting`` and ``waited_seconds`` as ``choose_prefill_path`` reads them."""
     decode = choose_decode_worker(
         workers, request, cached, config, turn=turn, exclude=failed_decode
     )
@@ -293,7 +327,11 @@ def choose_route(
         cached.get(decode.key, 0),
         config,
         failed_prefill=failed_prefill,
+        prefill_starting=prefill_starting,
+        waited_seconds=waited_seconds,
     )
+    if path is PrefillPath.WAIT:
+        return RouteDecision(decode=decode.key, prefill=None, path=path, reason=reason)
     prefill = None
     if path is PrefillPath.REMOTE:
         prefill = choose_prefill_worker(

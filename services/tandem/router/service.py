@@ -71,6 +71,7 @@ class Router:
             clock=clock,
             index=self.index,
             await_round=self.next_round,
+            next_round=self.wait_round,
         )
         self._health = HealthMonitor(
             self._table,
@@ -176,6 +177,14 @@ class Router:
                 async with asyncio.timeout(timeout_s):
                     await self._round_done.wait_for(lambda: self._rounds >= target)
         return True
+
+    async def wait_round(self, timeout_s: float) -> None:
+        """Wait for the next health round, whatever it finds (at most ``timeout_s``)."""
+        async with self._round_done:
+            target = self._rounds + 1
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    await self._round_done.wait_for(lambda: self._rounds >= target)
 
     async def poll_once(self) -> None:
         """One health round: adopt membership, then Health + Stats every worker; while

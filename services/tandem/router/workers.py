@@ -77,13 +77,17 @@ class WorkerTable:
     def __init__(self, client_factory: WorkerClientFactory) -> None:
         self._factory = client_factory
         self._workers: dict[str, WorkerState] = {}
+        self._starting: tuple[Member, ...] = ()  # in membership, not ready: not routable
 
     def reconcile(self, members: Sequence[Member]) -> tuple[list[WorkerState], list[WorkerState]]:
         """Adopt the current membership: returns (added, newly removed) workers.
 
         Removed workers stay in the table, unroutable, until their in-flight requests
-        finish (see ``collect_removed``), so a scale-down never cuts a stream."""
-        wanted = {m.address: m for m in members}
+        finish (see ``collect_removed``), so a scale-down never cuts a stream. Starting
+        members are only counted (``starting``); a ready worker that turns starting
+        leaves the table as a removed one does."""
+        self._starting = tuple(m for m in members if m.starting)
+        wanted = {m.address: m for m in members if not m.starting}
         added, removed = [], []
         for address, member in wanted.items():
             state = self._workers.get(address)
@@ -106,6 +110,11 @@ class WorkerTable:
         for state in done:
             del self._workers[state.key]
         return done
+
+    def starting(self, role: WorkerRole) -> int:
+        """Members of ``role`` launched but not ready yet (a ``both`` worker counts for
+        every role)."""
+        return sum(1 for m in self._starting if m.role in (role, WorkerRole.BOTH))
 
     def get(self, key: str) -> WorkerState | None:
         return self._workers.get(key)

@@ -8,7 +8,8 @@ says a decode worker is healthy. Workers that die are restarted with back-off
 (``backoff``), as a Deployment's kubelet would.
 
 Scaling seam (for the local autoscaler): :meth:`Supervisor.scale` adds workers (new
-ports, added to the membership file once ready) or retires the highest-numbered ones
+ports, in the membership file as starting at once, so the router knows capacity is on
+its way, and as ready once they are) or retires the highest-numbered ones
 (removed from membership first, so the router stops routing there, then stopped).
 :meth:`Supervisor.retire` and :meth:`Supervisor.stop_retired` split a retirement in
 two, so the caller can drain chosen workers in between without blocking supervision:
@@ -28,6 +29,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -210,6 +212,9 @@ class Supervisor:
                     kv_backend=self.plan.kv_backend,
                 )
                 added.append(self._launch(spec))
+            # Workers that never start stay listed as starting, as a crash-looping pod's
+            # endpoint stays not ready: a prompt waits for them at most its limit.
+            self._write_members(starting={c.spec.name for c in added})
             self._await_started(added, time.monotonic() + self._startup_timeout_s)
             self._write_members()
         elif replicas < len(current):
@@ -294,9 +299,10 @@ class Supervisor:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.popen.wait(timeout=1)
 
-    def _write_members(self) -> None:
+    def _write_members(self, starting: AbstractSet[str] = frozenset()) -> None:
+        """Every worker in the file; those named in ``starting`` as not ready yet."""
         members = [
-            Member(c.spec.address, WorkerRole(c.spec.component))
+            Member(c.spec.address, WorkerRole(c.spec.component), c.spec.name in starting)
             for c in self._children.values()
             if c.spec.component != "frontend"
         ]

@@ -141,16 +141,22 @@ def test_every_trace_and_policy_is_a_valid_cluster_of_its_own() -> None:
             assert behavior.scale_down_stabilization_seconds == (
                 variant.prefill_scale_down_seconds or defaults.scale_down_stabilization_seconds
             )
+            disaggregation = cluster.spec.frontend.disaggregation
+            assert disaggregation.max_prefill_start_wait_seconds == (
+                variant.max_prefill_start_wait_seconds
+            )
     assert len(names) == len(VARIANTS) * len(build_live_traces())
 
 
 def test_the_report_gives_each_run_a_verdict_row_and_a_why_row() -> None:
     one = result([served(t, 1.0, 0.005) for t in range(20)], 2, (3,), None)
     one.run.decisions = {"long_prompt": 12.0, "prefill_saturated": 5.0, "decode_busy": 3.0}
+    one.run.start_waits = {"remote": 4.0, "local": 1.0}
     one.run.ticks = {i: TickRecord(i, float(i), {}, early=i in (2, 5)) for i in range(1, 7)}
     text = render_report([one], {"v": 87_666}, 1.0)
     verdict, why = (line for line in text.splitlines() if line.startswith("| v | t |"))
     assert "30 vs 20 (1.50x)" in verdict and "missed: GPU-s, reaction 1/1 > 2" in verdict
-    # None over; 5 diverted while saturated, 3 queued instead; 6 rounds, 2 of them early.
-    assert "| 0 / 0 / 0 | 0, 0, 5 | 3 | 6 (2) |" in why
+    # None over; 5 diverted while saturated, 3 queued instead; 4 waited for a starting
+    # worker and got it, 1 prefilled locally after waiting; 6 rounds, 2 of them early.
+    assert "| 0 / 0 / 0 | 0, 0, 5 | 3 | 4, 1 | 6 (2) |" in why
     assert "targetTokensPerSecondPerReplica 87,666" in text

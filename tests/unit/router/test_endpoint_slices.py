@@ -63,13 +63,20 @@ def test_malformed_targets_are_refused(target: str) -> None:
 @pytest.mark.parametrize(
     ("slices", "port", "expected"),
     [
-        # Ready, absent ready (the API says: interpret as ready), not ready.
+        # Ready, absent ready (the API says: interpret as ready).
         (
             [slice_(endpoint("10.0.0.2", ready=True), endpoint("10.0.0.3"))],
             "grpc",
             ["10.0.0.2:50051", "10.0.0.3:50051"],
         ),
-        ([slice_(endpoint("10.0.0.2", ready=False))], "grpc", []),
+        # Not ready and not terminating: a pod starting, known but never routed to.
+        ([slice_(endpoint("10.0.0.2", ready=False))], "grpc", ["10.0.0.2:50051 starting"]),
+        # Ready in one slice, not ready in another (a slice lagging): ready.
+        (
+            [slice_(endpoint("10.0.0.2", ready=False)), slice_(endpoint("10.0.0.2"))],
+            "grpc",
+            ["10.0.0.2:50051"],
+        ),
         # A terminating pod's endpoint is not ready even while it still serves: it
         # finishes what it has but gets nothing new.
         (
@@ -99,7 +106,9 @@ def test_malformed_targets_are_refused(target: str) -> None:
         ([{"addressType": "IPv4", "endpoints": None, "ports": None}], "grpc", []),
     ],
 )
-def test_members_are_the_ready_endpoints(
+def test_members_are_the_ready_and_starting_endpoints(
     slices: list[dict[str, Any]], port: str | int, expected: list[str]
 ) -> None:
-    assert compute_members(slices, port, D) == tuple(Member(a, D) for a in expected)
+    """``expected``: addresses, those of starting members marked " starting"."""
+    want = tuple(Member(a.removesuffix(" starting"), D, a.endswith(" starting")) for a in expected)
+    assert compute_members(slices, port, D) == want

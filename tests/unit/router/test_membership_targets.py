@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ from pydantic import ValidationError
 
 from tandem.api.v1alpha1 import ModelSpec
 from tandem.frontend.config import FrontendConfig
-from tandem.router.membership import Member, write_members
+from tandem.router.membership import Member, parse_members, write_members
 from tandem.router.policy import WorkerRole
 from tandem.router.targets import membership_from_targets
 
@@ -64,3 +65,22 @@ async def test_static_and_file_targets_combine(tmp_path: Path) -> None:
         Member("127.0.0.1:6001", WorkerRole.PREFILL),
         Member("127.0.0.1:5001", WorkerRole.DECODE),
     }
+
+
+def test_starting_members_round_trip_through_the_file(tmp_path: Path) -> None:
+    members = (
+        Member("127.0.0.1:6001", WorkerRole.PREFILL, starting=True),
+        Member("127.0.0.1:6002", WorkerRole.DECODE),
+    )
+    path = tmp_path / "members.json"
+    write_members(path, members)
+    document = json.loads(path.read_text())
+    assert parse_members(document) == members
+    # Ready entries keep the format older readers know.
+    assert document["workers"][1] == {"address": "127.0.0.1:6002", "role": "decode"}
+
+
+def test_a_malformed_starting_flag_is_refused() -> None:
+    entry = {"address": "127.0.0.1:6001", "role": "prefill", "starting": "yes"}
+    with pytest.raises(ValueError, match="starting must be true or false, got 'yes'"):
+        parse_members({"workers": [entry]})

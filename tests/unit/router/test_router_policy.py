@@ -376,6 +376,87 @@ def test_choose_prefill_path(
     assert got == expected
 
 
+# Waiting for a starting prefill worker: a 5000-token prompt, the limit 10 s, one worker
+# starting unless a case says otherwise.
+WAITS = PolicyConfig(max_prefill_start_wait_seconds=10.0)
+BUSY = w("d", active_sequences=1)
+
+
+@pytest.mark.parametrize(
+    ("workers", "cached", "config", "starting", "waited", "expected"),
+    [
+        pytest.param(
+            [BUSY], 0, WAITS, 1, 0.0,
+            (PrefillPath.WAIT, DecisionReason.PREFILL_STARTING),
+            id="pool-empty-one-starting-decode-streams",
+        ),
+        pytest.param(
+            [BUSY], 0, WAITS, 1, 9.9,
+            (PrefillPath.WAIT, DecisionReason.PREFILL_STARTING),
+            id="still-within-the-limit",
+        ),
+        pytest.param(
+            [BUSY], 0, WAITS, 1, 10.0,
+            (PrefillPath.LOCAL, DecisionReason.NO_PREFILL_WORKERS),
+            id="limit-passed",
+        ),
+        pytest.param(
+            [w("d", queued_prefill_tokens=5000)], 0, WAITS, 1, 0.0,
+            (PrefillPath.WAIT, DecisionReason.PREFILL_STARTING),
+            id="decode-worker-has-a-local-prefill-pending",
+        ),
+        pytest.param(
+            [w("d")], 0, WAITS, 1, 0.0,
+            (PrefillPath.LOCAL, DecisionReason.NO_PREFILL_WORKERS),
+            id="idle-decode-worker-prefills-at-once",
+        ),
+        pytest.param(
+            [BUSY], 0, PolicyConfig(), 1, 0.0,
+            (PrefillPath.LOCAL, DecisionReason.NO_PREFILL_WORKERS),
+            id="no-limit-never-waits",
+        ),
+        pytest.param(
+            [BUSY], 0, WAITS, 0, 0.0,
+            (PrefillPath.LOCAL, DecisionReason.NO_PREFILL_WORKERS),
+            id="nothing-starting",
+        ),
+        pytest.param(
+            [BUSY, w("p", P, healthy=False)], 0, WAITS, 1, 0.0,
+            (PrefillPath.WAIT, DecisionReason.PREFILL_STARTING),
+            id="pool-unhealthy-one-starting",
+        ),
+        pytest.param(
+            [BUSY, w("p", P)], 0, WAITS, 1, 0.0,
+            (PrefillPath.REMOTE, DecisionReason.LONG_PROMPT),
+            id="a-ready-worker-takes-it",
+        ),
+        pytest.param(
+            [BUSY], 4600, WAITS, 1, 0.0,
+            (PrefillPath.LOCAL, DecisionReason.NO_PREFILL_WORKERS),
+            id="mostly-cached-on-the-decode-worker",
+        ),
+    ],
+)  # fmt: skip
+def test_a_long_prompt_waits_for_a_starting_prefill_worker_only_while_it_pays(
+    workers: list[WorkerSnapshot],
+    cached: int,
+    config: PolicyConfig,
+    starting: int,
+    waited: float,
+    expected: tuple[PrefillPath, DecisionReason],
+) -> None:
+    got = choose_prefill_path(
+        workers, req(5000), workers[0], cached, config, prefill_starting=starting,
+        waited_seconds=waited,
+    )  # fmt: skip
+    assert got == expected
+
+
+def test_a_waiting_route_names_no_prefill_worker() -> None:
+    route = choose_route([BUSY], req(5000), {}, WAITS, prefill_starting=1, waited_seconds=1.0)
+    assert route == RouteDecision("d", None, PrefillPath.WAIT, DecisionReason.PREFILL_STARTING)
+
+
 @pytest.mark.parametrize(
     ("workers", "cached", "config", "expected"),
     [

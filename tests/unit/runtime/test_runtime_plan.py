@@ -194,22 +194,20 @@ def test_only_a_real_gpu_engine_gets_the_short_prefill_timeout(
     assert router.prefill_timeout_seconds == timeout_s
 
 
-@pytest.mark.parametrize("wait_s", [None, 2.0])
-def test_the_prefill_wait_limit_reaches_the_router_from_both_renderers(
-    tmp_path: Path, wait_s: float | None
+@pytest.mark.parametrize(("wait_s", "start_wait_s"), [(None, None), (2.0, 10.0)])
+def test_the_prefill_wait_limits_reach_the_router_from_both_renderers(
+    tmp_path: Path, wait_s: float | None, start_wait_s: float | None
 ) -> None:
     from tandem_operator.render import contract
 
     c = cluster(1, 1)
+    limits = {"max_prefill_wait_seconds": wait_s, "max_prefill_start_wait_seconds": start_wait_s}
     frontend_spec = c.spec.frontend.model_copy(
-        update={
-            "disaggregation": c.spec.frontend.disaggregation.model_copy(
-                update={"max_prefill_wait_seconds": wait_s}
-            )
-        }
+        update={"disaggregation": c.spec.frontend.disaggregation.model_copy(update=limits)}
     )
     c = c.model_copy(update={"spec": c.spec.model_copy(update={"frontend": frontend_spec})})
     docs = {path.name: text for path, text in plan(c, tmp_path).documents.items()}
     for doc in (json.loads(docs["frontend.json"]), contract.render_frontend_config(c)):
         policy = compute_router_config(FrontendConfig.model_validate(doc)).policy
         assert policy.max_prefill_wait_seconds == wait_s
+        assert policy.max_prefill_start_wait_seconds == start_wait_s

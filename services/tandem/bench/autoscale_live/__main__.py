@@ -53,6 +53,17 @@ VARIANTS = (
         prefill_smoothing_seconds=5,
         prefill_scale_down_seconds=10,
     ),
+    # The same, long prompts waiting up to 10 s for a prefill worker that is starting
+    # rather than prefilling on a decode worker that streams (a start takes 2-5 s here).
+    Variant(
+        "fast start, start wait",
+        prefill_floor=0,
+        target_share=0.8,
+        max_prefill_wait_seconds=2.0,
+        prefill_smoothing_seconds=5,
+        prefill_scale_down_seconds=10,
+        max_prefill_start_wait_seconds=10.0,
+    ),
 )
 
 
@@ -65,12 +76,14 @@ def prefill_target_tokens_per_second(share: float) -> int:
 def cluster_name(trace: Trace, variant: Variant) -> str:
     """A DNS label: the trace, the floor, the share in percent, the wait limit in
     tenths of a second (0: none), the prefill smoothing and scale-down window (0: the
-    defaults)."""
+    defaults), and the start wait limit in seconds when set."""
     wait = round((variant.max_prefill_wait_seconds or 0) * 10)
     share = round(variant.target_share * 100)
     smoothing = variant.prefill_smoothing_seconds or 0
     down = variant.prefill_scale_down_seconds or 0
-    return f"live-{trace.name}-{variant.prefill_floor}-{share}-{wait}-{smoothing}-{down}"
+    name = f"live-{trace.name}-{variant.prefill_floor}-{share}-{wait}-{smoothing}-{down}"
+    start_wait = variant.max_prefill_start_wait_seconds
+    return name if start_wait is None else f"{name}-{start_wait:g}"
 
 
 def render_live_cluster(name: str, variant: Variant) -> dict[str, Any]:
@@ -83,10 +96,11 @@ def render_live_cluster(name: str, variant: Variant) -> dict[str, Any]:
     spec["decode"].update({"replicas": 1, "minReplicas": 1, "maxReplicas": MAX_DECODE})
     target = prefill_target_tokens_per_second(variant.target_share)
     wait = variant.max_prefill_wait_seconds
+    disaggregation = spec.setdefault("frontend", {}).setdefault("disaggregation", {})
     if wait is not None:
-        spec.setdefault("frontend", {}).setdefault("disaggregation", {})[
-            "maxPrefillWaitSeconds"
-        ] = wait
+        disaggregation["maxPrefillWaitSeconds"] = wait
+    if variant.max_prefill_start_wait_seconds is not None:
+        disaggregation["maxPrefillStartWaitSeconds"] = variant.max_prefill_start_wait_seconds
     prefill: dict[str, int] = {"targetTokensPerSecondPerReplica": target}
     if variant.prefill_smoothing_seconds is not None:
         prefill["smoothingSeconds"] = variant.prefill_smoothing_seconds

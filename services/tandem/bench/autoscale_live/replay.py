@@ -59,6 +59,8 @@ class LiveRun:
     pacing: dict[str, Pacing] = field(default_factory=dict)
     # The router's prefill decisions by reason ("long_prompt", "prefill_saturated", ...).
     decisions: dict[str, float] = field(default_factory=dict)
+    # Long prompts that waited for a starting prefill worker, by where they then went.
+    start_waits: dict[str, float] = field(default_factory=dict)
 
 
 async def _stream(
@@ -158,4 +160,7 @@ def replay(
         run.pacing = read_pacing(home, name)
         metrics = httpx.get(endpoint.removesuffix("/v1") + "/metrics", timeout=10).text
         run.decisions = sum_samples(metrics, "tandem_router_prefill_decisions_total", "reason")
+        run.start_waits = sum_samples(
+            metrics, "tandem_router_prefill_start_wait_seconds_count", "path"
+        )
     return run

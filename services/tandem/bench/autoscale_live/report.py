@@ -45,6 +45,8 @@ class Variant:
     # autoscaling.prefill.smoothingSeconds / scaleDownStabilizationSeconds; None: defaults.
     prefill_smoothing_seconds: int | None = None
     prefill_scale_down_seconds: int | None = None
+    # frontend.disaggregation.maxPrefillStartWaitSeconds; None: prompts never wait.
+    max_prefill_start_wait_seconds: float | None = None
 
     def describe(self, target_tokens_per_second: int) -> str:
         wait = self.max_prefill_wait_seconds
@@ -62,6 +64,8 @@ class Variant:
             text += f", prefill smoothingSeconds {self.prefill_smoothing_seconds}"
         if self.prefill_scale_down_seconds is not None:
             text += f", prefill scaleDownStabilizationSeconds {self.prefill_scale_down_seconds}"
+        if self.max_prefill_start_wait_seconds is not None:
+            text += f", maxPrefillStartWaitSeconds {self.max_prefill_start_wait_seconds:g}"
         return text
 
 
@@ -145,6 +149,7 @@ def render_why_row(result: TraceResult) -> str:
     failed = len(run.served) - len(answered)
     diverted = ", ".join(f"{run.decisions.get(r, 0):.0f}" for r in DIVERTED)
     queued = run.decisions.get(DecisionReason.DECODE_BUSY, 0)
+    waited = ", ".join(f"{run.start_waits.get(p, 0):.0f}" for p in ("remote", "local"))
     early = sum(1 for tick in run.ticks.values() if tick.early)
     prefill = result.verdicts[PoolRole.PREFILL]
     decode = result.verdicts[PoolRole.DECODE]
@@ -153,7 +158,7 @@ def render_why_row(result: TraceResult) -> str:
         f"| {result.variant.name} | {result.trace.name} | {len(run.served)} | "
         f"{compute_percentile([o.ttft for o in answered], 0.9):.2f} / "
         f"{compute_percentile([o.itl for o in answered], 0.9) * 1e3:.1f} | "
-        f"{slow_first} / {slow_tokens} / {failed} | {diverted} | {queued:.0f} | "
+        f"{slow_first} / {slow_tokens} / {failed} | {diverted} | {queued:.0f} | {waited} | "
         f"{len(run.ticks)} ({early}) | "
         f"{prefill.worker_seconds:,.0f} / {prefill.oracle_worker_seconds:,.0f}, "
         f"{decode.worker_seconds:,.0f} / {decode.oracle_worker_seconds:,.0f} | "
@@ -178,9 +183,10 @@ def render_report(results: Sequence[TraceResult], targets: Mapping[str, int], wa
         "| policy | trace | requests | TTFT p90 s / ITL p90 ms | over TTFT / over ITL / "
         "failed | long prompts prefilled on decode workers (no prefill worker, none "
         "ready, all saturated) | queued past the wait limit (decode worker streaming) | "
+        "waited for a starting prefill worker (then remote, local) | "
         "autoscaler rounds (early) | worker-s live / oracle (prefill, decode) | peak desired / "
         "needed (prefill, decode) | plumbing lag |\n"
-        "|---|---|---:|---|---|---|---:|---|---|---|---:|\n"
+        "|---|---|---:|---|---|---|---:|---|---|---|---|---:|\n"
         f"{why}\n\n"
         f"Traces ({traces[0].duration_seconds:.0f} s each, seed {SEED}, {OUTPUT_TOKENS} "
         f"output tokens per request): {described}.\n\n"
