@@ -97,7 +97,7 @@ async def eventually(check: Callable[[], Any], what: str, within: float = 20.0) 
         await asyncio.sleep(0.1)
 
 
-async def test_ready_endpoints_are_members_and_follow_changes(
+async def test_ready_and_starting_endpoints_are_members_and_follow_changes(
     k8s_cluster: DevCluster, namespace: str, frontend_kubeconfig: Path
 ) -> None:
     apply(
@@ -124,11 +124,13 @@ async def test_ready_endpoints_are_members_and_follow_changes(
     )
 
     async def addresses() -> list[str]:
-        return [m.address for m in await membership.members()]
+        """Members' addresses, a starting one's marked " starting"."""
+        return [m.address + " starting" * m.starting for m in await membership.members()]
 
     try:
-        # The first call waits for the initial list.
-        assert await addresses() == ["192.0.2.11:50051"]
+        # The first call waits for the initial list; the not-ready endpoint that is not
+        # terminating is a worker starting: known, never routed to.
+        assert await addresses() == ["192.0.2.11:50051", "192.0.2.12:50051 starting"]
         # The second worker turns ready, the first terminates (a scale-down or rollout):
         # only the ready one remains a member.
         apply(
