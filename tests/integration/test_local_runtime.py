@@ -274,10 +274,19 @@ def test_supervisor_restarts_dead_workers_and_scales(tmp_path: Path) -> None:
     )
     lines: list[str] = []
     supervisor = Supervisor(plan, cluster, progress=lines.append, python=sys.executable)
+    phases: list[Phase | None] = []
+
+    def before_running() -> None:
+        state = read_state(state_dir)
+        phases.append(state.phase if state is not None else None)
+
     try:
-        supervisor.start()
+        supervisor.start(before_running=before_running)
         state = read_state(state_dir)
         assert state is not None
+        # The launcher starts its autoscaler here: every worker is up, the state not yet
+        # running, so no reader sees a running cluster without its record.
+        assert phases == [Phase.STARTING] and state.phase is Phase.RUNNING
         first = next(w for w in state.workers if w.name == "prefill-0")
         os.kill(first.pid, signal.SIGKILL)
         wait_for(lambda: not alive(first.pid))

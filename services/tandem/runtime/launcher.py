@@ -138,19 +138,27 @@ def run_foreground(
     )  # fmt: skip
     code = 0
     autoscaler: LocalAutoscaler | None = None
+
+    def start_autoscaler() -> None:
+        # Before the state says running (its credentials exist by then): its fresh record
+        # replaces an earlier run's, so no reader of a running cluster sees a stale or
+        # missing autoscaling.json.
+        nonlocal autoscaler
+        if autoscales_locally(cluster):
+            autoscaler = LocalAutoscaler(
+                cluster,
+                supervisor,
+                frontend_url=plan.endpoint.removesuffix("/v1"),
+                state_dir=directory,
+                progress=progress,
+                credentials=CredentialStore(plan.credentials_dir),
+            )
+
     with _stop_on_signals():
         try:
-            supervisor.start()
+            supervisor.start(before_running=start_autoscaler)
             progress(f"endpoint: {plan.endpoint}  (Ctrl-C or `tandem down --name {name}`)")
-            if autoscales_locally(cluster):
-                autoscaler = LocalAutoscaler(
-                    cluster,
-                    supervisor,
-                    frontend_url=plan.endpoint.removesuffix("/v1"),
-                    state_dir=directory,
-                    progress=progress,
-                    credentials=CredentialStore(plan.credentials_dir),
-                )
+            if autoscaler is not None:
                 supervisor.tick_hooks.append(autoscaler)
                 interval = cluster.spec.autoscaling.interval_seconds
                 progress(f"autoscaling every {interval}s (see `tandem status --name {name}`)")

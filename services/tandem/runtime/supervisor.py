@@ -103,9 +103,10 @@ class Supervisor:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> None:
+    def start(self, before_running: Callable[[], None] = lambda: None) -> None:
         """Write documents and fresh credentials, start workers then the frontend, return
-        once ready."""
+        once ready. ``before_running`` runs once all are up, before the state says
+        running: what readers of a running cluster expect (its autoscaling record)."""
         plan = self.plan
         (plan.state_dir / "logs").mkdir(parents=True, exist_ok=True)
         for path, text in plan.documents.items():
@@ -131,6 +132,7 @@ class Supervisor:
             if time.monotonic() > deadline:
                 raise StartupError("the frontend never became ready (see logs/frontend.log)")
             time.sleep(_POLL_S)
+        before_running()
         self._phase = Phase.RUNNING
         self._save()
         self._progress(f"ready: {plan.endpoint}")
