@@ -127,7 +127,7 @@ SECTIONS = (
         "aiperf drives the real stack whose simulated engines keep a GB200/B200-shaped clock; "
         "the same deployments in virtual time, and the rate-matched ideal, from the same "
         "performance model. Pareto plots in docs/img/.",
-        5400,
+        7200,
     ),
     Section(
         "autoscale",

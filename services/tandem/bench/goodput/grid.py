@@ -39,12 +39,8 @@ class Grid:
     measured: frozenset[tuple[str, int]]
 
 
-FULL = Grid(
-    ("gb200", "b200"),
-    (1024, 8192, 32768),
-    SPLITS,
-    frozenset({("gb200", 1024), ("gb200", 32768), ("b200", 32768)}),
-)
+_PROFILES, _ISLS = ("gb200", "b200"), (1024, 8192, 32768)
+FULL = Grid(_PROFILES, _ISLS, SPLITS, frozenset((p, isl) for p in _PROFILES for isl in _ISLS))
 QUICK = Grid(("gb200",), (1024, 32768), (Split(0, 4), Split(2, 2)), frozenset({("gb200", 32768)}))
 
 
