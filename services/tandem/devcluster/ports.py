@@ -36,7 +36,6 @@ def allocate_ports(
     host: str = "127.0.0.1",
     *,
     ephemeral: tuple[int, int] | None = None,
-    rng: random.Random | None = None,
 ) -> list[int]:
     """``count`` distinct ports free on ``host``, none in the ephemeral range.
 
@@ -49,7 +48,7 @@ def allocate_ports(
     never returns a duplicate. Falls back to the kernel's choice when no port lies
     outside the range."""
     candidates = list_candidate_ports(ephemeral or read_ephemeral_range())
-    tries = (rng or random.Random()).sample(candidates, min(len(candidates), count + _SPARE))
+    tries = random.sample(candidates, min(len(candidates), count + _SPARE))
     with ExitStack() as stack:
         ports: list[int] = []
         for port in [*tries, *[0] * count]:  # the kernel's choice only at the end
