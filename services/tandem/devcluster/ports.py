@@ -8,8 +8,9 @@ from contextlib import ExitStack
 from pathlib import Path
 
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-# Linux's default; below macOS's (49152-65535) too, for hosts without the file.
-DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
+# For hosts without the file (macOS): Linux's default (32768-60999) and macOS's
+# (49152-65535) together, so no candidate lies in either.
+DEFAULT_EPHEMERAL_RANGE = (32768, 65535)
 # Above the fixed ports of what runs beside us (kubelet 10250, etcd 2379, ...).
 FIRST_PORT = 20000
 LAST_PORT = 65535
