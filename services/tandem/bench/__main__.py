@@ -170,6 +170,7 @@ SECTIONS = (
 
 
 def _run(section: Section) -> str:
+    commit = _commit() or "unknown"  # what runs is what was checked out at the start
     started = time.monotonic()
     try:
         done = subprocess.run(
@@ -189,7 +190,7 @@ def _run(section: Section) -> str:
     if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-15:])
         return f"**Failed (exit {done.returncode}).**\n\n```\n{tail}\n```\n"
-    return f"{done.stdout.strip()}\n\n_({elapsed:.0f} s, commit {_commit() or 'unknown'})_\n"
+    return f"{done.stdout.strip()}\n\n_({elapsed:.0f} s, commit {commit})_\n"
 
 
 def _commit() -> str:
