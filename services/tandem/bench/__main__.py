@@ -130,6 +130,18 @@ SECTIONS = (
         7200,
     ),
     Section(
+        "stalls",
+        "Stream stalls at 32k ISL: every gap between tokens, aggregated vs disaggregated "
+        "(simulated GPUs)",
+        "tandem.bench.goodput.stalls",
+        "The goodput section's deployments judged token by token: a step that carries a "
+        "chunk of another prompt's prefill holds every stream on its worker, which a "
+        "per-request mean ITL dilutes. Virtual time for every deployment, aggregated "
+        "workers at three prefill chunk sizes, and aiperf through the real stack at three "
+        "of the points.",
+        1800,
+    ),
+    Section(
         "autoscale",
         "Autoscaling policy vs an oracle (simulator)",
         "tandem.bench.autoscale",

@@ -49,6 +49,9 @@ class Outcome:
     end: float
     output_tokens: int
     remote: bool
+    # Time between each token and the one before it, as the client sees them: a stall
+    # (another prompt's prefill in the same step) shows here, not in the mean ``itl``.
+    gaps: tuple[float, ...] = ()
 
     @property
     def ttft(self) -> float:
@@ -118,7 +121,9 @@ class _Flight:
     prefill: _Worker | None
     tokens_ahead: int = 0  # prefill tokens queued on its prefill worker when it arrived
     first_token: float = -1.0
+    last_token: float = -1.0
     tokens: int = 0
+    gaps: list[float] = field(default_factory=list)
 
 
 class ClusterSim:
@@ -262,6 +267,9 @@ class ClusterSim:
         flight.tokens += 1
         if flight.first_token < 0:
             flight.first_token = self.now
+        else:
+            flight.gaps.append(self.now - flight.last_token)
+        flight.last_token = self.now
         if output.finish_reason is not None:
             self._finish(rid)
 
@@ -273,7 +281,12 @@ class ClusterSim:
         r = flight.request
         self.outcomes.append(
             Outcome(
-                r.arrival, flight.first_token, self.now, flight.tokens, flight.prefill is not None
+                r.arrival,
+                flight.first_token,
+                self.now,
+                flight.tokens,
+                flight.prefill is not None,
+                tuple(flight.gaps),
             )
         )
         self._on_finish()

@@ -52,8 +52,10 @@ def test_the_cluster_is_a_valid_simulated_deployment() -> None:
     assert cluster.spec.engine.options.as_dict()["speedup"] == 0.5
     assert (cluster.spec.prefill.replicas, cluster.spec.decode.replicas) == (1, 3)
     assert cluster.spec.accelerator.profile.value == "b200"
-    agg = InferenceCluster.model_validate(render_cluster("gp-y", "gb200", Split(0, 4), 1))
+    agg = InferenceCluster.model_validate(render_cluster("gp-y", "gb200", Split(0, 4), 1, 1024))
     assert agg.spec.prefill.replicas == 0 and agg.spec.decode.max_replicas == 4
+    assert agg.spec.engine.options.as_dict()["max_num_tokens"] == 1024
+    assert "max_num_tokens" not in cluster.spec.engine.options.as_dict()
 
 
 def test_aiperf_command_and_export(tmp_path: Path) -> None:
@@ -96,6 +98,11 @@ def test_aiperf_command_and_export(tmp_path: Path) -> None:
     ]  # fmt: skip
     (tmp_path / "records.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
     assert read_records(tmp_path / "records.jsonl") == [Record(1.0, 1.5, 3.0, 21)]
+    # Inter-chunk latency: each gap of the stream, milliseconds -> seconds.
+    chunks = {"value": [0.0, 4.0, 6.0], "unit": "ms"}
+    lines[0] = {**lines[0], "metrics": {**lines[0]["metrics"], "inter_chunk_latency": chunks}}
+    (tmp_path / "records.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    assert read_records(tmp_path / "records.jsonl")[0].gaps == (0.0, 0.004, 0.006)
 
 
 def test_steady_throughput_needs_a_window_past_the_ramp() -> None:

@@ -10,7 +10,6 @@ goodput table with the targets, every point, and the plots.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import sys
 import tempfile
@@ -21,6 +20,7 @@ from pathlib import Path
 from tandem.api.v1alpha1 import AcceleratorProfile
 from tandem.bench.goodput import grid
 from tandem.bench.goodput.aiperf import AiperfRun, parse_export, run_aiperf
+from tandem.bench.goodput.measure import Workspace, measure
 from tandem.bench.goodput.modelled import simulate_point
 from tandem.bench.goodput.points import Point, Split, find_goodput
 from tandem.bench.goodput.report import (
@@ -30,77 +30,18 @@ from tandem.bench.goodput.report import (
     render_sensitivity,
 )
 from tandem.bench.goodput.stack import read_pacing, render_cluster, run_cluster
-from tandem.bench.goodput.workload import write_client_tokenizer, write_prompts
 from tandem.capacity import GPT_OSS_120B, KvDtype, gpu_for
 from tandem.perf.calibration import render_table
 from tandem.perf.hardware import performance_for
 from tandem.perf.ideal import IdealPoint, compute_rate_matched_curve
 from tandem.perf.model import PerfModel, compute_kv_capacity
 from tandem.sim.metrics import Slo
-from tandem.tokenization.harmony import load_harmony_tokenizer
 
 IMAGES = Path("docs/img")
 FIDELITY_SPEEDUPS = (0.1, 0.25, 0.5, 1.0)
 FIDELITY_CASE = ("gb200", 1024, Split(0, 4), 8)
 
 log = logging.getLogger("tandem.bench.goodput")
-
-
-class Workspace:
-    def __init__(self, root: Path, isls: Sequence[int]) -> None:
-        self.root = root
-        self.home = root / "home"
-        self.home.mkdir()
-        self.tokenizer = write_client_tokenizer(root / "client-tokenizer")
-        harmony = load_harmony_tokenizer()
-        most = grid.count_requests(max(grid.MODEL_CONCURRENCY))
-        self.prompts = {
-            isl: write_prompts(root / f"prompts-{isl}.jsonl", harmony, isl=isl, osl=grid.OSL,
-                               count=most)
-            for isl in isls
-        }  # fmt: skip
-        self._runs = 0
-
-    def artifacts(self) -> Path:
-        self._runs += 1
-        return self.root / f"aiperf-{self._runs}"
-
-
-def measure(
-    ws: Workspace, profile: str, isl: int, split: Split, concurrencies: Sequence[int],
-    speedup: float,
-) -> list[Point]:  # fmt: skip
-    """One cluster, aiperf at each concurrency; a failed run is left out and logged."""
-    name = f"gp-{profile}-{split.prefill}p{split.decode}d"
-    points = []
-    with run_cluster(ws.home, name, render_cluster(name, profile, split, speedup)) as endpoint:
-        for c in concurrencies:
-            requests = grid.count_requests(c)
-            run = AiperfRun(
-                url=endpoint.removesuffix("/v1"),
-                prompts=ws.prompts[isl],
-                tokenizer=ws.tokenizer,
-                concurrency=c,
-                requests=requests,
-                ramp_s=grid.RAMP_MODELLED_S / speedup,
-                artifacts=ws.artifacts(),
-                timeout_s=max(120.0, 4 * 60.0 / speedup),
-            )
-            try:
-                data, records = run_aiperf(run)
-                point = parse_export(data, records, profile=profile, isl=isl, osl=grid.OSL,
-                                     split=split, concurrency=c, speedup=speedup)  # fmt: skip
-            except (RuntimeError, OSError, ValueError, KeyError) as exc:
-                log.warning("aiperf %s %s %s c=%d failed: %s", profile, isl, split.name, c, exc)
-                continue
-            pacing = read_pacing(ws.home, name)
-            lag = max((p.lag for p in pacing.values()), default=None)
-            points.append(_with_lag(point, lag))
-    return points
-
-
-def _with_lag(point: Point, lag: float | None) -> Point:
-    return dataclasses.replace(point, plumbing_lag=lag)
 
 
 def ideal_curve(profile: str, isl: int) -> list[IdealPoint]:
@@ -217,7 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         speedup = round(grid.choose_speedup(rate), 3)
                         log.info("aiperf %s ISL %d %s c=%s speed-up %g", profile, isl,
                                  split.name, levels, speedup)  # fmt: skip
-                        measured += measure(ws, profile, isl, split, levels, speedup)
+                        runs = measure(ws, profile, isl, split, levels, speedup)
+                        measured += [point for point, _ in runs]
                 ideal = ideal_curve(profile, isl)
                 points = model + measured
                 every += points

@@ -3,8 +3,9 @@
 
 aiperf 0.13 (``.bench/aiperf``, its own venv). Its ITL is per request: (request latency
 - TTFT) / (output tokens - 1), percentiles over requests; TTFT is to the first content
-token. Wall times are multiplied by the engines' speed-up to give modelled time, rates
-divided by it.
+token; its inter-chunk latency, per request, is every gap between two chunks of the
+stream (chunks that arrive together count 0). Wall times are multiplied by the engines'
+speed-up to give modelled time, rates divided by it.
 """
 
 from __future__ import annotations
@@ -93,12 +94,14 @@ def read_records(path: Path) -> list[Record]:
         if "time_to_first_token" not in metrics or "output_sequence_length" not in metrics:
             continue  # failed or cancelled
         start = meta["request_start_ns"] / 1e9
+        gaps = (metrics.get("inter_chunk_latency") or {}).get("value") or []
         records.append(
             Record(
                 start,
                 start + metrics["time_to_first_token"]["value"] / 1e3,
                 meta["request_end_ns"] / 1e9,
                 int(metrics["output_sequence_length"]["value"]),
+                tuple(ms / 1e3 for ms in gaps),
             )
         )
     return records

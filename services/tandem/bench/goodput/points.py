@@ -67,6 +67,8 @@ class Record:
     first_token: float
     end: float
     output_tokens: int
+    # Between consecutive chunks of the stream (aiperf's inter-chunk latency), when known.
+    gaps: tuple[float, ...] = ()
 
 
 def compute_steady_throughput(records: Sequence[Record], concurrency: int) -> float:

@@ -28,8 +28,14 @@ _PACING = re.compile(
 )
 
 
-def render_cluster(name: str, profile: str, split: Split, speedup: float) -> dict[str, Any]:
-    """The InferenceCluster of one deployment: TP1 workers of the simulated engine."""
+def render_cluster(
+    name: str, profile: str, split: Split, speedup: float, max_num_tokens: int | None = None
+) -> dict[str, Any]:
+    """The InferenceCluster of one deployment: TP1 workers of the simulated engine, with
+    ``max_num_tokens`` per step when given (else the engine's default)."""
+    options: dict[str, Any] = {"kv_cache_dtype": "fp8", "speedup": speedup}
+    if max_num_tokens is not None:
+        options["max_num_tokens"] = max_num_tokens
     return {
         "apiVersion": "tandem.dev/v1alpha1",
         "kind": "InferenceCluster",
@@ -43,7 +49,7 @@ def render_cluster(name: str, profile: str, split: Split, speedup: float) -> dic
             },
             "engine": {
                 "kind": "simulated",
-                "options": {"kv_cache_dtype": "fp8", "speedup": speedup},
+                "options": options,
             },
             "accelerator": {"profile": profile},
             "frontend": {
