@@ -1,5 +1,6 @@
-"""``tandem plan -f FILE --isl N --osl N --rate R --ttft-p90 S --itl-p90-ms MS``: the
-deployment that meets the SLO on the fewest GPUs, with the numbers behind it.
+"""``tandem plan -f FILE --isl N --osl N --rate R --ttft-p90 S --itl-p90-ms MS
+[--max-stall-ms MS]``: the deployment that meets the SLO on the fewest GPUs, with the
+numbers behind it.
 
 Exit codes: 0 a deployment meets the SLO, 1 none can (the message says why), 2 invalid
 input.
@@ -32,6 +33,12 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--rate", type=_positive_float, help="requests per second")
     group.add_argument("--ttft-p90", type=_positive_float, help="TTFT p90 target, seconds")
     group.add_argument("--itl-p90-ms", type=_positive_float, help="ITL p90 target, milliseconds")
+    group.add_argument(
+        "--max-stall-ms",
+        type=_positive_float,
+        help="optional: the longest wait between two tokens that 90%% of streams may see, "
+        "milliseconds (another prompt's prefill chunk on the same worker is one)",
+    )
     group.add_argument("--plot", type=Path, help="write the options' Pareto chart here (PNG)")
     group.add_argument(
         "--requests", type=_positive_int, default=150, help="simulated requests per candidate"
@@ -39,7 +46,7 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
 
 
 def wants_recommendation(args: argparse.Namespace) -> bool:
-    return any(getattr(args, flag) is not None for flag in WORKLOAD_FLAGS)
+    return any(getattr(args, flag) is not None for flag in (*WORKLOAD_FLAGS, "max_stall_ms"))
 
 
 def cmd_recommend(args: argparse.Namespace, source: str, cluster: InferenceCluster) -> int:
@@ -52,14 +59,16 @@ def cmd_recommend(args: argparse.Namespace, source: str, cluster: InferenceClust
     except ValueError as exc:
         print(f"error: {source}: spec.{exc}", file=sys.stderr)
         return EXIT_INVALID
-    workload = Workload(args.isl, args.osl, args.rate, Slo(args.ttft_p90, args.itl_p90_ms / 1e3))
+    stall = None if args.max_stall_ms is None else args.max_stall_ms / 1e3
+    slo = Slo(args.ttft_p90, args.itl_p90_ms / 1e3)
+    workload = Workload(args.isl, args.osl, args.rate, slo, stall)
     spec = cluster.spec
     print(
         f"{cluster.metadata.name}: {spec.model.name} on {spec.accelerator.profile.value}, "
         f"prefill TP{limits.prefill_tp} (<= {limits.max_prefill} workers), decode "
         f"TP{limits.decode_tp} (<= {limits.max_decode} workers)\n"
         f"workload: ISL {workload.isl}, OSL {workload.osl}, {workload.rate:g} requests/s; "
-        f"SLO {workload.slo.describe()}",
+        f"SLO {workload.describe_slo()}",
         flush=True,
     )
     result = recommend(
@@ -93,6 +102,7 @@ def format_recommendation(result: Recommendation, min_prefill_tokens: int) -> st
             f"  TTFT p50/p90/p99 {chosen.ttft.p50:.2f} / {chosen.ttft.p90:.2f} / "
             f"{chosen.ttft.p99:.2f} s; ITL p50/p90/p99 {chosen.itl.p50 * 1e3:.1f} / "
             f"{chosen.itl.p90 * 1e3:.1f} / {chosen.itl.p99 * 1e3:.1f} ms",
+            f"  each stream's longest gap between tokens p50/p90/p99 {_gaps(chosen)} ms",
             f"  {chosen.tokens_per_second_per_gpu:,.0f} tokens/s/GPU, "
             f"{chosen.tokens_per_second_per_user:.0f} tokens/s/user (median), "
             f"{chosen.requests} simulated requests judged",
@@ -139,8 +149,14 @@ def _row(e: Evaluation) -> str:
     verdict = "meets" if e.meets else "misses"
     return (
         f"{e.candidate.name} ({_counted(e.candidate.gpus, 'GPU')}): TTFT p90 {e.ttft.p90:.2f} s, "
-        f"ITL p90 {e.itl.p90 * 1e3:.1f} ms -> {verdict}"
+        f"ITL p90 {e.itl.p90 * 1e3:.1f} ms, longest gap p90 {e.longest_gap.p90 * 1e3:.0f} ms "
+        f"-> {verdict}"
     )
+
+
+def _gaps(e: Evaluation) -> str:
+    g = e.longest_gap
+    return f"{g.p50 * 1e3:.0f} / {g.p90 * 1e3:.0f} / {g.p99 * 1e3:.0f}"
 
 
 def _closest(evaluated: tuple[Evaluation, ...]) -> Evaluation | None:

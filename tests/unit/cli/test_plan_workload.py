@@ -69,6 +69,9 @@ def test_an_slo_no_gpu_can_meet(capsys: pytest.CaptureFixture[str]) -> None:
 def test_incomplete_or_unplannable_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert run("-f", SIMULATED, "--isl", "1024", "--rate", "1") == plan_workload.EXIT_INVALID
     assert "needs --osl, --ttft-p90, --itl-p90-ms too" in capsys.readouterr().err
+    # A stall bound alone is part of a workload, not a capacity check.
+    assert run("-f", SIMULATED, "--max-stall-ms", "30") == plan_workload.EXIT_INVALID
+    assert "a workload needs --isl, --osl, --rate" in capsys.readouterr().err
     cpu = str(EXAMPLES / "reference-cpu.yaml")
     code = run("-f", cpu, "--isl", "1", "--osl", "1", "--rate", "1", "--ttft-p90", "1",
                "--itl-p90-ms", "9")  # fmt: skip

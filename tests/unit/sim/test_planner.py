@@ -10,6 +10,7 @@ import pytest
 
 from tandem.api.validate import load_inference_cluster
 from tandem.perf.ideal import IdealPoint
+from tandem.sim.cluster import Outcome
 from tandem.sim.metrics import Slo
 from tandem.sim.planner import (
     Candidate,
@@ -17,6 +18,7 @@ from tandem.sim.planner import (
     Setup,
     Workload,
     _candidates,
+    _summarize,
     generate_arrivals,
     recommend,
 )
@@ -86,6 +88,38 @@ def test_the_choice_has_the_fewest_gpus_that_meet_the_slo() -> None:
     assert result.chosen.tokens_per_second_per_gpu == pytest.approx(
         8.0 * 32 / result.chosen.candidate.gpus
     )
+
+
+def test_a_stall_bound_judges_each_streams_longest_gap() -> None:
+    # Ten streams of 5 ms gaps, two of them held once for 100 ms: the mean ITL barely
+    # moves, the longest gap's p90 (rank 8 of 0..9) is one of the held ones.
+    smooth = Outcome(0.0, 0.1, 0.1 + 0.005 * 20, 21, remote=False, gaps=(0.005,) * 20)
+    held = Outcome(0.0, 0.1, 0.1 + 0.005 * 19 + 0.1, 21, remote=False,
+                   gaps=(0.005,) * 19 + (0.1,))  # fmt: skip
+    judged = [smooth] * 8 + [held] * 2
+    agg = Candidate(0, 1, 1, 1)
+    free = _summarize(agg, Workload(1024, 21, 1.0, Slo(1.0, 0.01)), judged, 0)
+    bound = _summarize(agg, Workload(1024, 21, 1.0, Slo(1.0, 0.01), 0.03), judged, 0)
+    assert free.meets and not bound.meets
+    assert bound.longest_gap.p90 == pytest.approx(0.1)
+    assert bound.longest_gap.p50 == pytest.approx(0.005)
+    assert Workload(1024, 21, 1.0, Slo(1.0, 0.01), 0.03).describe_slo() == (
+        "TTFT p90 <= 1 s, ITL p90 <= 10 ms, longest gap p90 <= 30 ms"
+    )
+
+
+def test_bounding_stalls_moves_long_prompts_off_streaming_workers() -> None:
+    """32k prompts among streams: unbounded, the fewest GPUs are aggregated workers whose
+    streams wait out each other's prefill chunks; bounded, the choice separates them."""
+    slo = Slo(2.0, 0.01)
+    limits = Limits(2, 2, 1, 1)
+    free = recommend(Workload(32768, 256, 0.5, slo), SETUP, limits, requests=40)
+    bound = recommend(Workload(32768, 256, 0.5, slo, 0.03), SETUP, limits, requests=40)
+    assert free.chosen is not None and free.chosen.candidate.prefill == 0
+    assert free.chosen.longest_gap.p90 > 0.03
+    assert bound.chosen is not None and bound.chosen.candidate.prefill > 0
+    assert bound.chosen.longest_gap.p90 <= 0.03
+    assert bound.chosen.candidate.gpus >= free.chosen.candidate.gpus
 
 
 def test_setups_from_specs() -> None:

@@ -16,7 +16,7 @@ ANY = Percentiles(0.1, 0.2, 0.3)
 
 def chosen(prefill: int, decode: int, mean_decode_seconds: float) -> Evaluation:
     return Evaluation(
-        Candidate(prefill, decode, 1, 1), ANY, ANY, 1.0, 1.0, 100, True, mean_decode_seconds
+        Candidate(prefill, decode, 1, 1), ANY, ANY, ANY, 1.0, 1.0, 100, True, mean_decode_seconds
     )
 
 
