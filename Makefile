@@ -12,10 +12,11 @@ PYTEST_ARGS ?=
 
 # The venv is rebuilt when pyproject.toml changes. NIXL goes in --no-deps: the meta
 # package would otherwise pull CUDA torch and ~3 GB of NVIDIA libraries we do not use on CPU.
-$(STAMP): pyproject.toml $(NO_DEPS) scripts/install-kube-clients.sh
+$(STAMP): pyproject.toml dev/pyproject.toml $(NO_DEPS) scripts/install-kube-clients.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip setuptools wheel
 	$(BIN)/pip install -q -e ".[dev,gpu,plot]"
+	$(BIN)/pip install -q -e ./dev
 	$(BIN)/pip install -q --no-deps -r $(NO_DEPS)
 	scripts/install-kube-clients.sh $(VENV)
 	touch $(STAMP)
@@ -32,14 +33,14 @@ images: $(STAMP) host-packages
 	$(BIN)/python -m tandem.devimages build
 
 lint: $(STAMP)
-	$(BIN)/ruff check services operators tests
-	$(BIN)/ruff format --check services operators tests
+	$(BIN)/ruff check services operators dev tests
+	$(BIN)/ruff format --check services operators dev tests
 	$(BIN)/mypy
 
 # After an API change: regenerate the CRDs and the CRD reference doc (tests check both).
 crds: $(STAMP)
 	$(BIN)/tandem crds --write
-	$(BIN)/python -m tandem_operator.tools.crd_reference --write docs/crd-reference.md
+	$(BIN)/python -m tandem_dev.docgen.crd_reference --write docs/crd-reference.md
 
 check-crds: $(STAMP)
 	$(BIN)/tandem crds --check
@@ -105,12 +106,12 @@ $(AIPERF_STAMP):
 
 # BENCH_ARGS="--only frontend-tokenizer" re-measures some sections and keeps the others.
 bench: $(STAMP) $(DYNAMO_STAMP) $(AIPERF_STAMP) cluster-build
-	$(BIN)/python -m tandem.bench --write docs/benchmarks.md $(BENCH_ARGS)
+	$(BIN)/python -m tandem_dev.bench --write docs/benchmarks.md $(BENCH_ARGS)
 
 # 10 minutes at twice capacity on `tandem up` (also a section of `make bench`); its
 # figures replace the soak section of docs/benchmarks.md. make test runs a 90 s version.
 soak: $(STAMP)
-	$(BIN)/python -m tandem.bench --only soak --write docs/benchmarks.md
+	$(BIN)/python -m tandem_dev.bench --only soak --write docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) .bench .pytest_cache .mypy_cache .ruff_cache

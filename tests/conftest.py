@@ -1,14 +1,21 @@
 """Every tier: Tandem's file cache (the rebuilt o200k vocabulary) lives in this session's
-temporary directory, for this process and the processes its tests start."""
+temporary directory, for this process and the processes its tests start; the product's
+wheel and image are checked for development code the same way."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 
 import pytest
 
+import tandem_dev
 from tandem.tokenization.o200k import CACHE_ENV
+
+# Folder names of development code: the packages of tandem_dev, and where such code lived
+# inside the product before it moved out.
+DEVELOPMENT_FOLDERS = frozenset({"bench", "faults", "doubles", "tools", "docgen", "autoscale_sim"})
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -20,3 +27,35 @@ def _private_tandem_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         os.environ.pop(CACHE_ENV, None)
     else:
         os.environ[CACHE_ENV] = previous
+
+
+@pytest.fixture(scope="session")
+def find_development_files() -> Callable[[Iterable[str]], list[str]]:
+    """Which of some file paths (a wheel's or an image's) are development code: anything of
+    ``tandem_dev``, any file in a development folder of a Tandem package, any file whose
+    path ends as a module of ``tandem_dev`` does (``doubles/null_worker.py``, ...)."""
+    root = Path(tandem_dev.__file__).parent
+    dev_modules = {
+        path.relative_to(root).as_posix()
+        for path in root.rglob("*.py")
+        if path.name != "__init__.py"
+    }
+    assert "doubles/null_worker.py" in dev_modules  # the walk found the package
+
+    def find(paths: Iterable[str]) -> list[str]:
+        found = []
+        for path in paths:
+            parts = path.split("/")
+            tandem_parts = [i for i, p in enumerate(parts) if p in ("tandem", "tandem_operator")]
+            in_tandem = bool(tandem_parts) and bool(
+                DEVELOPMENT_FOLDERS & set(parts[tandem_parts[0] + 1 : -1])
+            )
+            if (
+                "tandem_dev" in parts
+                or in_tandem
+                or any(path.endswith(f"/{module}") for module in dev_modules)
+            ):
+                found.append(path)
+        return sorted(found)
+
+    return find

@@ -10,5 +10,4 @@ Layout, bottom to top (a package imports only from those above it in this list):
 - ``scaling/``  the built-in autoscaler: pure decisions, metrics source, the loop
 - ``controller`` the reconcile script: render -> apply -> observe -> status -> events
 - ``manager``   wires it all together; ``tandem operator run`` calls :func:`manager.run`
-- ``tools/``    harness, benchmark, fault scenarios, CRD reference: never imported above
 """

@@ -30,7 +30,7 @@ import yaml
 from tandem.devcluster import DevCluster
 from tandem.devcluster.probes import ProbeTimeoutError, wait_until
 from tandem.runtime.state import Phase, cluster_dir, read_state
-from tandem_operator.tools.harness import OperatorProcess, write_token_kubeconfig
+from tandem_dev.harness import OperatorProcess, write_token_kubeconfig
 
 pytestmark = pytest.mark.k8s
 
@@ -123,7 +123,7 @@ def start_frontend(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     home = workdir / "home"
     process = subprocess.Popen(
         [sys.executable, "-m", "tandem.runtime", "-f", str(spec), "--port", "0",
-         "--worker-module", "tandem.bench.doubles.null_worker"],
+         "--worker-module", "tandem_dev.doubles.null_worker"],
         env={**os.environ, "TANDEM_HOME": str(home),
              "TANDEM_NULL_WORKER_TOKEN_DELAY": str(TOKEN_DELAY_S)},
         stdout=(workdir / "frontend.log").open("wb"),

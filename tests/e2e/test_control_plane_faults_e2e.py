@@ -2,7 +2,7 @@
 installed and two operators running out of cluster with its ServiceAccount's token:
 the API server restarted during a reconcile, the leader SIGKILLed during a scale-down, a
 GPU node going NotReady with pods on it. Each must converge to the spec with no child
-beyond it and no operator lost (tandem_operator.tools.fault_scenarios; ``python -m tandem.bench
+beyond it and no operator lost (tandem_dev.faults.control_plane; ``python -m tandem_dev.bench
 --only faults`` writes the same rows to docs/benchmarks.md).
 """
 
@@ -17,8 +17,8 @@ import pytest
 
 from tandem.devcluster import DevCluster
 from tandem.devcluster.probes import wait_until
-from tandem_operator.tools import fault_scenarios as faults
-from tandem_operator.tools.harness import OperatorProcess, write_token_kubeconfig
+from tandem_dev.faults import control_plane as faults
+from tandem_dev.harness import OperatorProcess, write_token_kubeconfig
 
 pytestmark = pytest.mark.k8s
 

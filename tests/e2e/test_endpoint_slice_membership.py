@@ -23,8 +23,8 @@ import pytest
 from tandem.devcluster import DevCluster
 from tandem.router.endpoint_slices import EndpointSliceMembership, KubeConnection, ServiceTarget
 from tandem.router.policy import WorkerRole
+from tandem_dev.harness import write_token_kubeconfig
 from tandem_operator.render.access import render_frontend_access
-from tandem_operator.tools.harness import write_token_kubeconfig
 
 pytestmark = pytest.mark.k8s
 

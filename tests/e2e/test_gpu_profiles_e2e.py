@@ -36,7 +36,7 @@ import yaml
 
 from tandem.devcluster import DevCluster
 from tandem.devcluster.probes import wait_until
-from tandem_operator.tools.harness import (
+from tandem_dev.harness import (
     OperatorProcess,
     render_model_claim,
     write_token_kubeconfig,

@@ -32,6 +32,7 @@ from tandem.devcluster.probes import wait_until
 from tandem.security import CredentialBundle
 from tandem.security.credentials import check_bundle
 from tandem.security.pki import split_pem
+from tandem_dev.harness import OperatorProcess, write_token_kubeconfig
 from tandem_operator import names
 from tandem_operator.render.children import (
     PoolHandle,
@@ -39,7 +40,6 @@ from tandem_operator.render.children import (
     render_pool_children,
 )
 from tandem_operator.render.pods import RenderSettings
-from tandem_operator.tools.harness import OperatorProcess, write_token_kubeconfig
 
 pytestmark = pytest.mark.k8s
 

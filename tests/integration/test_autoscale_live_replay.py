@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from tandem.autoscale.traces import generate_arrivals
-from tandem.bench.autoscale_live.__main__ import VARIANTS, build_prompts, render_live_cluster
-from tandem.bench.autoscale_live.replay import replay
-from tandem.bench.autoscale_live.report import INTERVAL_S
-from tandem.bench.autoscale_live.traces import build_live_traces
 from tandem.tokenization.harmony import load_harmony_tokenizer
+from tandem_dev.autoscale_sim.traces import generate_arrivals
+from tandem_dev.bench.autoscale_live.__main__ import VARIANTS, build_prompts, render_live_cluster
+from tandem_dev.bench.autoscale_live.replay import replay
+from tandem_dev.bench.autoscale_live.report import INTERVAL_S
+from tandem_dev.bench.autoscale_live.traces import build_live_traces
 
 pytestmark = pytest.mark.integration
 

@@ -1,9 +1,9 @@
-"""The data-plane fault suite (tandem.faults) under steady load from the official
+"""The data-plane fault suite (tandem_dev.faults) under steady load from the official
 ``openai`` client, one fault per test on one bed: workers in network namespaces of their
 own, two frontends, the real supervisor restarting what dies. Each test asserts that no
 request was lost or hung and that the failures the fault caused were clean; the counts
 are printed (run with -s) and written to docs/benchmarks.md by
-``python -m tandem.bench --only faults``. Needs root (namespaces, a bridge, iptables).
+``python -m tandem_dev.bench --only faults``. Needs root (namespaces, a bridge, iptables).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tandem.faults import scenarios
-from tandem.faults.bed import FaultBed, fault_bed
-from tandem.faults.load import Outcome
-from tandem.faults.report import FaultResult, render_table
+from tandem_dev.faults import scenarios
+from tandem_dev.faults.bed import FaultBed, fault_bed
+from tandem_dev.faults.load import Outcome
+from tandem_dev.faults.report import FaultResult, render_table
 
 pytestmark = pytest.mark.integration
 

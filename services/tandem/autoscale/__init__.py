@@ -1,4 +1,4 @@
-"""Per-pool autoscaling: a pure policy, the drain choice, and a simulator to judge them.
+"""Per-pool autoscaling: a pure policy and the drain choice.
 
 Callers (the operator's autoscaler loop, ``tandem up``) use four names:
 
@@ -8,7 +8,8 @@ Callers (the operator's autoscaler loop, ``tandem up``) use four names:
 - :func:`choose_victims` / :func:`compute_pod_deletion_costs` - who leaves on a
   scale-down.
 
-See docs/autoscaling.md for the signals, the knobs and the simulator's figures.
+See docs/autoscaling.md for the signals and the knobs; the simulator that judges the
+policy is development code (``tandem_dev.autoscale_sim``).
 """
 
 from tandem.autoscale.config import ScalingConfig, compute_scaling_config

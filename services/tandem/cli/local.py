@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -32,8 +33,15 @@ def cmd_up(args: argparse.Namespace) -> int:
         print_manifest_errors(exc)
         return EXIT_USAGE
     port = cluster.spec.frontend.port if args.port is None else args.port
+    module = args.worker_module
+    if not _importable(module):
+        print(
+            f"error: --worker-module {module}: no such module for {sys.executable} "
+            "(install the package that provides it into this environment)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     try:
-        module = args.worker_module
         if args.detach:
             return detach(
                 Path(args.filename).resolve(),
@@ -102,6 +110,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _importable(module: str) -> bool:
+    """Whether ``python -m MODULE`` can start here (workers run with this interpreter)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a missing parent package, or an empty name
+        return False
+
+
 def _target(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-f", "--filename", help="the InferenceCluster file")
     parser.add_argument("--name", help="the cluster's metadata.name")
@@ -112,8 +128,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("-f", "--filename", required=True, help="the InferenceCluster file")
     p.add_argument("--port", type=int, help="frontend port (default spec.frontend.port; 0=any)")
     p.add_argument("--detach", action="store_true", help="return once ready; stop with down")
-    # Another worker program speaking the same gRPC API (tests: tandem.bench.doubles.null_worker).
-    p.add_argument("--worker-module", default=WORKER_MODULE, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--worker-module",
+        default=WORKER_MODULE,
+        metavar="MODULE",
+        help=f"run each worker as `python -m MODULE` (default {WORKER_MODULE}): another "
+        "program serving Tandem's worker gRPC API (docs/architecture.md, Another worker program)",
+    )
     p.set_defaults(handler=cmd_up)
 
     p = subparsers.add_parser("down", help="stop a local cluster started by `tandem up`")

@@ -31,7 +31,7 @@ def main(
     index: KvIndex | None = None,
 ) -> int:
     """Serve the frontend; ``wrap_client`` and ``index`` let a benchmark's baseline
-    (``tandem.bench.router_memory``) run the same program around its own index."""
+    (``tandem_dev.bench.router_memory``) run the same program around its own index."""
     parser = argparse.ArgumentParser(prog="python -m tandem.frontend")
     parser.add_argument("--config", required=True, type=Path, help="frontend document")
     parser.add_argument("--host", default="127.0.0.1")

@@ -186,7 +186,7 @@ def create_app(
         exception_handlers={HTTPException: http_error, Exception: http_error},
     )
     # A trailing slash gets the OpenAI-shaped 404 naming the route, not a bare 307 redirect
-    # without x-request-id (found by tandem.faults.fuzz).
+    # without x-request-id (found by tandem_dev.faults.fuzz).
     app.router.redirect_slashes = False
     return app
 

@@ -1,6 +1,6 @@
 """What the router needs from a worker: the shape of ``tandem.worker.client.WorkerClient``.
 
-The real client talks gRPC (``worker.proto``); ``tandem.bench.doubles.inprocess`` provides an
+The real client talks gRPC (``worker.proto``); ``tandem_dev.doubles.inprocess`` provides an
 in-process fake with the same signatures for tests and benchmarks. Every call takes a
 deadline. Failures raise ``tandem.worker.errors.WorkerCallError`` carrying the gRPC
 status name; :func:`classify` turns that into what the router does next.

@@ -54,7 +54,7 @@ class Router:
         index: KvIndex | None = None,
     ) -> None:
         """``index`` holds what each worker caches; a benchmark's baseline passes its
-        own (``tandem.bench.router_memory``)."""
+        own (``tandem_dev.bench.router_memory``)."""
         self._config = config or RouterConfig()
         self._membership = membership
         self._table = WorkerTable(client_factory)

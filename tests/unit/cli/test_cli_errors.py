@@ -117,6 +117,15 @@ def test_ask_an_endpoint_where_nothing_listens(ws: Workspace) -> None:
     )
 
 
+
+def test_up_with_a_worker_module_this_python_cannot_import(ws: Workspace) -> None:
+    for module in ("tandem_workers_nowhere", "tandem.no_such_worker", "nowhere.at.all"):
+        assert one_error(ws.run("up", "-f", str(EXAMPLE), "--worker-module", module), 2) == (
+            f"error: --worker-module {module}: no such module for {sys.executable} "
+            "(install the package that provides it into this environment)"
+        )
+    assert not (ws.home / "clusters").exists()  # nothing was started or recorded
+
 @pytest.fixture
 def listener() -> Iterator[int]:
     with socket.socket() as sock:

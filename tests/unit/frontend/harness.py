@@ -12,7 +12,6 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
 from tandem.api.v1alpha1 import ModelSpec
-from tandem.bench.doubles.inprocess import InProcessCluster, InProcessWorker, KvLedger
 from tandem.frontend.config import (
     DisaggregationSettings,
     FrontendConfig,
@@ -25,6 +24,7 @@ from tandem.router.policy import WorkerRole
 from tandem.router.service import Router
 from tandem.tokenization import ByteTokenizer
 from tandem.tokenization.selection import fingerprint
+from tandem_dev.doubles.inprocess import InProcessCluster, InProcessWorker, KvLedger
 
 MODEL = "tiny"
 

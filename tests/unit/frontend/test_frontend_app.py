@@ -9,10 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tandem.bench.doubles.inprocess import fake_token
 from tandem.frontend.app import create_frontend_admin_app
 from tandem.router.policy import WorkerRole
 from tandem.tokenization import ByteTokenizer, ChatMessage
+from tandem_dev.doubles.inprocess import fake_token
 
 from .harness import MODEL, frontend
 

@@ -1,5 +1,5 @@
 """The operator's packages import one way: vocabulary and plumbing at the bottom, the
-manager at the top, tools outside (tandem_operator/__init__.py names the layers)."""
+manager at the top (tandem_operator/__init__.py names the layers)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ LAYERS = (
     {"scaling"},
     {"controller"},
     {"manager"},
-    {"tools"},
 )
 
 

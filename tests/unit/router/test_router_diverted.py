@@ -8,13 +8,13 @@ import asyncio
 
 from prometheus_client import CollectorRegistry
 
-from tandem.bench.doubles.inprocess import InProcessCluster, InProcessWorker
 from tandem.engines.base import SamplingParams
 from tandem.router.membership import Member, StaticMembership
 from tandem.router.messages import GenerationRequest, RouterConfig
 from tandem.router.metrics import RouterMetrics
 from tandem.router.policy import PolicyConfig, WorkerRole
 from tandem.router.service import Router
+from tandem_dev.doubles.inprocess import InProcessCluster, InProcessWorker
 
 DIVERTED = "tandem_router_diverted_prefill_tokens"
 LONG, SHORT = 600, 50

@@ -9,12 +9,6 @@ from collections.abc import AsyncIterator, Callable
 
 from prometheus_client import CollectorRegistry
 
-from tandem.bench.doubles.inprocess import (
-    KV_BLOCK_SIZE,
-    InProcessCluster,
-    InProcessWorker,
-    KvLedger,
-)
 from tandem.engines.base import SamplingParams
 from tandem.kv.block_hashes import compute_block_names
 from tandem.kv.events import BlocksStored
@@ -23,6 +17,12 @@ from tandem.router.messages import GenerationRequest, RouterConfig
 from tandem.router.metrics import RouterMetrics
 from tandem.router.policy import DecisionReason, PolicyConfig, PrefillPath, WorkerRole
 from tandem.router.service import Router
+from tandem_dev.doubles.inprocess import (
+    KV_BLOCK_SIZE,
+    InProcessCluster,
+    InProcessWorker,
+    KvLedger,
+)
 
 P, D = WorkerRole.PREFILL, WorkerRole.DECODE
 PROMPT = [(i * 37 + 3) % 250 for i in range(2000)]

@@ -10,7 +10,6 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tandem.bench.doubles.inprocess import InProcessCluster, InProcessWorker
 from tandem.proto import worker_pb2 as pb
 from tandem.proto import worker_pb2_grpc
 from tandem.router.membership import Member
@@ -21,6 +20,7 @@ from tandem.router.ports import HealthInfo
 from tandem.router.service import Router
 from tandem.worker.client import WorkerClient
 from tandem.worker.errors import WorkerCallError
+from tandem_dev.doubles.inprocess import InProcessCluster, InProcessWorker
 
 D = WorkerRole.DECODE
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from tandem.bench.doubles.inprocess import InProcessCluster, InProcessWorker
 from tandem.engines.base import SamplingParams
 from tandem.router.membership import FileMembership, Member, write_members
 from tandem.router.messages import GenerationRequest, RouterConfig
 from tandem.router.metrics import RouterMetrics
 from tandem.router.policy import PolicyConfig, WorkerRole
 from tandem.router.service import Router
+from tandem_dev.doubles.inprocess import InProcessCluster, InProcessWorker
 
 WAITS = "tandem_router_prefill_start_wait_seconds_count"
 DIVERTED = "tandem_router_diverted_prefill_tokens"

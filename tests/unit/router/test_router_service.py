@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tandem.bench.doubles.inprocess import InProcessCluster, InProcessWorker, KvLedger, fake_token
 from tandem.engines.base import SamplingParams
 from tandem.router.errors import GenerationFailedError, NoWorkerAvailableError, OverloadedError
 from tandem.router.membership import Member, StaticMembership
@@ -21,6 +20,7 @@ from tandem.router.metrics import RouterMetrics
 from tandem.router.policy import DecisionReason, PolicyConfig, PrefillPath, WorkerRole
 from tandem.router.ports import PrefillReply, WorkerErrorKind
 from tandem.router.service import Router
+from tandem_dev.doubles.inprocess import InProcessCluster, InProcessWorker, KvLedger, fake_token
 
 P, D = WorkerRole.PREFILL, WorkerRole.DECODE
 LONG, SHORT = 600, 50

@@ -8,13 +8,13 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
-from tandem.bench.doubles.inprocess import InProcessCluster, InProcessWorker
 from tandem.engines.base import SamplingParams
 from tandem.router.membership import Member, StaticMembership
 from tandem.router.messages import GenerationRequest, RouterConfig
 from tandem.router.metrics import RouterMetrics
 from tandem.router.policy import WorkerRole
 from tandem.router.service import Router
+from tandem_dev.doubles.inprocess import InProcessCluster, InProcessWorker
 
 D = WorkerRole.DECODE
 OURS, OTHER = "v262-eos260-stops260-aaaa", "v49152-eos2-stops0.2-bbbb"
