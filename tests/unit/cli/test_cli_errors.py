@@ -117,7 +117,6 @@ def test_ask_an_endpoint_where_nothing_listens(ws: Workspace) -> None:
     )
 
 
-
 def test_up_with_a_worker_module_this_python_cannot_import(ws: Workspace) -> None:
     for module in ("tandem_workers_nowhere", "tandem.no_such_worker", "nowhere.at.all"):
         assert one_error(ws.run("up", "-f", str(EXAMPLE), "--worker-module", module), 2) == (
@@ -125,6 +124,7 @@ def test_up_with_a_worker_module_this_python_cannot_import(ws: Workspace) -> Non
             "(install the package that provides it into this environment)"
         )
     assert not (ws.home / "clusters").exists()  # nothing was started or recorded
+
 
 @pytest.fixture
 def listener() -> Iterator[int]:
