@@ -76,6 +76,8 @@ def cmd_recommend(args: argparse.Namespace, source: str, cluster: InferenceClust
         progress=lambda e: print(f"  tried {_row(e)}", flush=True),
     )  # fmt: skip
     print(format_recommendation(result, setup.min_prefill_tokens))
+    for clock in result.clock_sources:
+        print(f"step times: {clock}")
     if args.plot is not None:
         try:
             path = plot_recommendation(result, args.plot, _title(cluster, workload))

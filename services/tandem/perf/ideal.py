@@ -19,12 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tandem.perf.model import (
-    KvCapacity,
-    PerfModel,
-    compute_prefill_seconds,
-    compute_sequence_blocks,
-)
+from tandem.perf.clock import StepClock
+from tandem.perf.model import KvCapacity, compute_prefill_seconds, compute_sequence_blocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +36,8 @@ class IdealPoint:
 
 
 def compute_rate_matched_curve(
-    prefill: PerfModel,
-    decode: PerfModel,
+    prefill: StepClock,
+    decode: StepClock,
     decode_capacity: KvCapacity,
     *,
     isl: int,
@@ -51,14 +47,17 @@ def compute_rate_matched_curve(
 ) -> list[IdealPoint]:
     """One point per decode batch size, 1 up to what fits."""
     prefill_s = compute_prefill_seconds(prefill, isl, chunk_tokens)
-    fits = decode_capacity.blocks // compute_sequence_blocks(decode, decode_capacity, isl + osl)
+    sequence_blocks = compute_sequence_blocks(decode.perf, decode_capacity, isl + osl)
+    fits = decode_capacity.blocks // sequence_blocks
     context = isl + osl // 2
     points = []
     for batch in range(1, min(max_batch, fits) + 1):
         step = decode.step_seconds([context] * batch, ())
         requests_per_s = batch / (osl * step)
         prefill_workers = requests_per_s * prefill_s
-        gpus = decode.tensor_parallel_size + prefill_workers * prefill.tensor_parallel_size
+        gpus = (
+            decode.perf.tensor_parallel_size + prefill_workers * prefill.perf.tensor_parallel_size
+        )
         points.append(IdealPoint(batch, step, prefill_workers, batch / step / gpus))
     return points
 

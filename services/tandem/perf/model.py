@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tandem.capacity.fit import check_fit
 from tandem.capacity.gpus import GpuSpec
@@ -39,6 +40,12 @@ from tandem.capacity.models import KvDtype, ModelArchitecture
 from tandem.perf.hardware import GpuPerformance
 
 BF16_BYTES = 2
+
+
+class StepTimer(Protocol):
+    """Anything that prices an engine step: this model, or a clock built on another source."""
+
+    def step_seconds(self, decode_contexts: Sequence[int], chunks: Sequence[Chunk]) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,14 +239,14 @@ def compute_step_seconds(
     )
 
 
-def compute_prefill_seconds(perf: PerfModel, prompt_tokens: int, chunk_tokens: int) -> float:
+def compute_prefill_seconds(clock: StepTimer, prompt_tokens: int, chunk_tokens: int) -> float:
     """A prompt prefilled alone, ``chunk_tokens`` per step."""
     if chunk_tokens < 1:
         raise ValueError("chunk_tokens must be >= 1")
     total, done = 0.0, 0
     while done < prompt_tokens:
         n = min(chunk_tokens, prompt_tokens - done)
-        total += perf.step_seconds((), (Chunk(done, n),))
+        total += clock.step_seconds((), (Chunk(done, n),))
         done += n
     return total
 

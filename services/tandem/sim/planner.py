@@ -96,6 +96,8 @@ class Recommendation:
     chosen: Evaluation | None
     evaluated: tuple[Evaluation, ...]
     ideal: tuple[IdealPoint, ...]
+    # Where the step times came from: each distinct clock source of the two pools.
+    clock_sources: tuple[str, ...]
     # Why nothing was chosen (None when something was).
     reason: str | None = None
 
@@ -186,26 +188,27 @@ def recommend(
     capacity = compute_kv_capacity(decode_config.perf, decode_config.memory)
     ideal = tuple(
         compute_rate_matched_curve(
-            prefill_config.perf,
-            decode_config.perf,
+            prefill_config.clock,
+            decode_config.clock,
             capacity,
             isl=workload.isl,
             osl=workload.osl,
             chunk_tokens=prefill_config.options.max_num_tokens,
         )
     )
+    sources = tuple(dict.fromkeys((prefill_config.clock.source, decode_config.clock.source)))
     best = find_best_within(list(ideal), workload.slo.itl_p90_s)
     if best is None:
         alone = ideal[0].step_seconds if ideal else math.inf
         return Recommendation(
-            workload, None, (), ideal,
+            workload, None, (), ideal, sources,
             f"no deployment can: one sequence alone decodes at {alone * 1e3:.1f} ms/token on "
             f"this GPU and parallelism, above the ITL target of "
             f"{workload.slo.itl_p90_s * 1e3:g} ms",
         )  # fmt: skip
     demand = workload.rate * workload.osl  # output tokens per second
     prefill_s = compute_prefill_seconds(
-        prefill_config.perf, workload.isl, prefill_config.options.max_num_tokens
+        prefill_config.clock, workload.isl, prefill_config.options.max_num_tokens
     )
     most = limits.max_prefill * limits.prefill_tp + limits.max_decode * limits.decode_tp
     lowest = max(1, math.ceil(demand / best.tokens_per_second_per_gpu))
@@ -222,9 +225,9 @@ def recommend(
         winners = [e for e in fits if e.meets]
         if winners:
             chosen = min(winners, key=lambda e: (e.itl.p90, e.ttft.p90))
-            return Recommendation(workload, chosen, tuple(evaluated), ideal)
+            return Recommendation(workload, chosen, tuple(evaluated), ideal, sources)
     return Recommendation(
-        workload, None, tuple(evaluated), ideal,
+        workload, None, tuple(evaluated), ideal, sources,
         f"no deployment within the spec's limits ({limits.max_prefill} prefill and "
         f"{limits.max_decode} decode workers) meets the SLO at {workload.rate:g} requests/s",
     )  # fmt: skip

@@ -5,6 +5,7 @@ and what to do, nothing on stdout, no traceback, and a non-zero exit status."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -119,10 +120,14 @@ def test_ask_an_endpoint_where_nothing_listens(ws: Workspace) -> None:
 
 def test_up_with_a_worker_module_this_python_cannot_import(ws: Workspace) -> None:
     for module in ("tandem_workers_nowhere", "tandem.no_such_worker", "nowhere.at.all"):
-        assert one_error(ws.run("up", "-f", str(EXAMPLE), "--worker-module", module), 2) == (
-            f"error: --worker-module {module}: no such module for {sys.executable} "
-            "(install the package that provides it into this environment)"
+        line = one_error(ws.run("up", "-f", str(EXAMPLE), "--worker-module", module), 2)
+        said = re.fullmatch(
+            f"error: --worker-module {re.escape(module)}: no such module for (\\S+) "
+            r"\(install the package that provides it into this environment\)",
+            line,
         )
+        assert said is not None, line
+        assert Path(said.group(1)).parent == TANDEM.parent  # the interpreter tandem runs on
     assert not (ws.home / "clusters").exists()  # nothing was started or recorded
 
 

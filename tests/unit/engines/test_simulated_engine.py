@@ -151,7 +151,8 @@ def test_nothing_to_run_waits_an_idle_tick() -> None:
         ({"accelerator": "tpu"}, "option accelerator"),
         ({"model": "llama-70b"}, "unknown architecture"),
         ({"speedup": 0}, "option speedup"),
-        ({"perf_table": "/nonexistent.json"}, "option perf_table"),
+        ({"perf_table": "/nonexistent.json"}, "option clock/perf_table"),
+        ({"clock": "roofline"}, "option clock: Input should be 'auto', 'measured' or 'analytic'"),
         ({"output_token_limit": 300_000}, "output_token_limit"),
     ],
 )

@@ -11,7 +11,7 @@ import pytest
 
 from tandem.api.v1alpha1 import AcceleratorProfile
 from tandem.capacity import GPT_OSS_120B
-from tandem.perf.clock import TableClock, build_clock
+from tandem.perf.clock import ClockChoice, TableClock, build_clock
 from tandem.perf.hardware import performance_for
 from tandem.perf.model import Chunk, PerfModel
 from tandem.perf.table import FORMAT, PerfTableError, load_perf_table, parse_perf_table
@@ -69,12 +69,16 @@ def test_bad_tables_name_the_field(changes: dict[str, Any], message: str) -> Non
 def test_files_load_and_the_clock_uses_their_link(tmp_path: Path) -> None:
     perf = PerfModel(GPT_OSS_120B, performance_for(AcceleratorProfile.B200))
     path = tmp_path / "table.json"
-    path.write_text(json.dumps(document(kv_transfer_bytes_per_second=1.212678144e9)))
-    clock = build_clock(perf, str(path))
+    path.write_text(
+        json.dumps(document(kv_transfer_bytes_per_second=1.212678144e9, source="bench, 2026"))
+    )
+    clock = build_clock(perf, AcceleratorProfile.B200, table_path=str(path))
     assert isinstance(clock, TableClock)
+    assert clock.source == "table: bench, 2026"
     # 32k gpt-oss-120b tokens in bf16 are 1,212,678,144 bytes: one second at that rate.
     assert clock.kv_transfer_seconds(32768) == pytest.approx(1.0)
-    assert build_clock(perf) is perf
+    analytic = build_clock(perf, AcceleratorProfile.B200, choice=ClockChoice.ANALYTIC)
+    assert analytic.kv_transfer_seconds(32768) == perf.kv_transfer_seconds(32768)
     with pytest.raises(PerfTableError, match="cannot read performance table"):
         load_perf_table(tmp_path / "missing.json")
     (tmp_path / "bad.json").write_text("{")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tandem.api.validate import load_inference_cluster
+from tandem.engines.simulated import SimulatedConfig
 from tandem.perf.ideal import IdealPoint
 from tandem.sim.cluster import Outcome
 from tandem.sim.metrics import Slo
@@ -69,7 +70,9 @@ def test_an_itl_no_gpu_reaches_is_refused_without_simulating() -> None:
     result = recommend(Workload(1024, 64, 1.0, Slo(1.0, 0.001)), SETUP, Limits(4, 4, 1, 1))
     assert result.chosen is None and not result.evaluated
     assert result.reason is not None
-    assert "one sequence alone decodes at 2.2 ms/token" in result.reason
+    # The ideal's one sequence sits at the request's mean context: 1024 + 64 / 2 tokens.
+    alone = SimulatedConfig.from_options(OPTIONS).clock.step_seconds([1024 + 32], ())
+    assert f"one sequence alone decodes at {alone * 1e3:.1f} ms/token" in result.reason
 
 
 def test_limits_too_small_for_the_load_are_named() -> None:

@@ -68,9 +68,10 @@ VARIANTS = (
 
 
 def prefill_target_tokens_per_second(share: float) -> int:
-    """``share`` of one worker's modelled prefill rate on 32k prompts."""
-    perf = SimulatedConfig.from_options({"accelerator": PROFILE, "kv_cache_dtype": "fp8"}).perf
-    return int(share * 32768 / compute_prefill_seconds(perf, 32768, 8192))
+    """``share`` of one worker's modelled prefill rate on 32k prompts (on the clock its
+    simulated workers run on)."""
+    config = SimulatedConfig.from_options({"accelerator": PROFILE, "kv_cache_dtype": "fp8"})
+    return int(share * 32768 / compute_prefill_seconds(config.clock, 32768, 8192))
 
 
 def cluster_name(trace: Trace, variant: Variant) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tandem.api.v1alpha1 import AcceleratorProfile
 from tandem.capacity import GPT_OSS_120B, KvDtype, gpu_for
+from tandem.perf.clock import build_clock
 from tandem.perf.hardware import performance_for
 from tandem.perf.ideal import IdealPoint, compute_rate_matched_curve
 from tandem.perf.model import PerfModel, compute_kv_capacity
@@ -45,9 +46,11 @@ log = logging.getLogger("tandem_dev.bench.goodput")
 
 
 def ideal_curve(profile: str, isl: int) -> list[IdealPoint]:
-    perf = PerfModel(GPT_OSS_120B, performance_for(AcceleratorProfile(profile)), 1, KvDtype.FP8)
-    capacity = compute_kv_capacity(perf, gpu_for(AcceleratorProfile(profile)))
-    return compute_rate_matched_curve(perf, perf, capacity, isl=isl, osl=grid.OSL)
+    accelerator = AcceleratorProfile(profile)
+    perf = PerfModel(GPT_OSS_120B, performance_for(accelerator), 1, KvDtype.FP8)
+    capacity = compute_kv_capacity(perf, gpu_for(accelerator))
+    clock = build_clock(perf, accelerator)  # as the simulated engines price their steps
+    return compute_rate_matched_curve(clock, clock, capacity, isl=isl, osl=grid.OSL)
 
 
 def model_sweep(profile: str, isl: int, splits: Sequence[Split]) -> list[Point]:

@@ -19,7 +19,7 @@ from tandem.api.v1alpha1 import AcceleratorProfile
 from tandem.capacity.gpus import GpuSpec, gpu_for
 from tandem.capacity.models import KvDtype, ModelArchitecture, find_architecture, parse_kv_dtype
 from tandem.engines.base import EngineError
-from tandem.perf.clock import StepClock, build_clock
+from tandem.perf.clock import ClockChoice, StepClock, build_clock
 from tandem.perf.hardware import performance_for
 from tandem.perf.model import Efficiency, PerfModel
 
@@ -51,7 +51,9 @@ class SimulatedOptions(BaseModel):
     tokens_per_block: int = Field(default=32, ge=1)
     # Modelled seconds per wall second: 10 runs a trace ten times faster than real time.
     speedup: float = Field(default=1.0, gt=0, le=10_000)
-    # A measured table (tandem.perf.table) instead of the analytic model.
+    # Where step times come from (tandem.perf.clock): NVIDIA's measured kernel data where
+    # it covers the worker, else the analytic model (auto); or a user's measured table.
+    clock: ClockChoice = ClockChoice.AUTO
     perf_table: str | None = None
     efficiency: dict[str, float] = Field(default_factory=dict)
     vocab_size: int = Field(default=HARMONY_VOCAB, ge=2)
@@ -102,9 +104,11 @@ class SimulatedConfig:
             efficiency,
         )
         try:
-            self.clock: StepClock = build_clock(self.perf, options.perf_table)
+            self.clock: StepClock = build_clock(
+                self.perf, options.accelerator, choice=options.clock, table_path=options.perf_table
+            )
         except ValueError as exc:
-            raise SimulatedConfigError(f"option perf_table: {exc}") from exc
+            raise SimulatedConfigError(f"option clock/perf_table: {exc}") from exc
         self.max_context = options.max_context or architecture.max_context
 
     @classmethod

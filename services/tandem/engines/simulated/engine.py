@@ -92,12 +92,12 @@ class SimulatedEngine:
                 "tensor_parallel_size": str(options.tensor_parallel_size),
                 "kv_cache_dtype": config.kv_dtype.value,
                 "speedup": f"{options.speedup:g}",
-                "clock": "table" if options.perf_table else "analytic",
+                "clock": config.clock.source,
             },
         )
         logger.info(
             "simulated engine: %s on %s x%d (%s KV), %d KV blocks of %d tokens "
-            "(%.1f GiB per GPU), speedup %g, %s clock",
+            "(%.1f GiB per GPU), speedup %g, clock: %s",
             config.architecture.name,
             options.accelerator.value,
             options.tensor_parallel_size,
