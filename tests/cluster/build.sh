@@ -5,7 +5,10 @@
 #
 # Idempotent: when the stamp (hash of both go.mod/go.sum pairs, this script, the versions
 # and the Go version) matches and every output exists, it does nothing. A cold build takes
-# 15-25 minutes on 2 cores; with a warm ~/.cache/go-build it is about a minute.
+# 15-25 minutes on 2 cores; with a warm ~/.cache/go-build it is about a minute. Every
+# checkout on a machine shares the last build through a cache keyed by the stamp
+# ($TANDEM_BUILD_CACHE, default ~/.cache/tandem), so a fresh clone of an unchanged
+# tests/cluster copies its binaries instead of building them.
 #
 #   tests/cluster/build.sh           build if needed
 #   tests/cluster/build.sh --force   rebuild regardless of the stamp
@@ -58,6 +61,27 @@ want="$(compute_stamp)"
 if [[ $FORCE -eq 0 && -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]] && all_outputs_exist; then
   log "up to date (stamp $want), nothing to do"
   exit 0
+fi
+
+CACHE="${TANDEM_BUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tandem}/cluster-bin"
+# Hard links where the cache shares the checkout's filesystem, copies elsewhere.
+copy_outputs() { # from to
+  mkdir -p "$2"
+  local f
+  for f in "${OUTPUTS[@]}" lws-crd.yaml; do
+    [[ -e "$1/$f" ]] || continue
+    rm -f "$2/$f"
+    cp -l "$1/$f" "$2/$f" 2>/dev/null || cp -p "$1/$f" "$2/$f"
+  done
+}
+if [[ $FORCE -eq 0 && -f "$CACHE/$want/.complete" ]]; then
+  rm -f "$STAMP"
+  copy_outputs "$CACHE/$want" "$BIN"
+  if all_outputs_exist; then
+    echo "$want" >"$STAMP"
+    log "restored from $CACHE/$want (stamp $want), nothing to build"
+    exit 0
+  fi
 fi
 
 # The go.mod files are the source of truth; refuse to build if they drifted from the
@@ -135,4 +159,9 @@ for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kwok
   log "  $b: $("$BIN/$b" --version 2>&1 | head -n1)"
 done
 echo "$want" >"$STAMP"
+# Keep this build for other checkouts of this machine (only the newest stamp's).
+if mkdir -p "$CACHE" 2>/dev/null; then
+  find "$CACHE" -mindepth 1 -maxdepth 1 -type d ! -name "$want" -exec rm -rf {} +
+  copy_outputs "$BIN" "$CACHE/$want" && touch "$CACHE/$want/.complete"
+fi
 log "done in $((SECONDS - started))s"

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tandem.devimages import archive, base
+from tandem.devimages import archive, base, cache
 from tandem.devimages.buildah import Buildah
 from tandem.devimages.catalog import (
     RECIPES,
@@ -51,6 +51,10 @@ class BuiltImage:
     size: int  # bytes of the archive
     digest: str  # manifest digest (what containerd lists as the image digest)
     inputs: str  # fingerprint of the Dockerfile, copied files and build args
+
+
+def archive_path(build_dir: Path, spec: ImageRecipe) -> Path:
+    return build_dir / f"{spec.name}.tar"
 
 
 def index_path(build_dir: Path) -> Path:
@@ -154,7 +158,7 @@ class _Builder:
         log = self.build_dir / "logs" / f"{spec.name}.log"
         log.unlink(missing_ok=True)
         layout = self.build_dir / "layouts" / spec.name
-        target = self.build_dir / f"{spec.name}.tar"
+        target = archive_path(self.build_dir, spec)
         if spec.uses_base:
             started = time.monotonic()
             reference = base.ensure_base(self.buildah, self.build_dir / "logs" / "base.log")
@@ -174,8 +178,12 @@ class _Builder:
             built - started,
             time.monotonic() - built,
         )
-        digest = archive.read_archive(target).digest
-        return BuiltImage(spec.reference, target, target.stat().st_size, digest, inputs)
+        return _record(spec.reference, target, inputs)
+
+
+def _record(reference: str, target: Path, inputs: str) -> BuiltImage:
+    digest = archive.read_archive(target).digest
+    return BuiltImage(reference, target, target.stat().st_size, digest, inputs)
 
 
 def ensure_images(
@@ -194,6 +202,7 @@ def ensure_images(
     build_dir = build_dir or default_build_dir(checkout)
     specs = [recipe(n) for n in names] if names else list(RECIPES)
     builder = _Builder(checkout, build_dir, Buildah(build_dir / "store"))
+    shared = cache.cache_dir()
     with _locked(build_dir):
         images = load_index(build_dir)
         cleaned = False
@@ -204,10 +213,17 @@ def ensure_images(
             if not force and is_current(images.get(spec.reference), inputs):
                 logger.info("%s is up to date", spec.reference)
                 continue
+            target = archive_path(build_dir, spec)
+            if not force and cache.restore(shared, spec.name, inputs, target):
+                logger.info("%s: unchanged, taken from %s", spec.reference, shared)
+                images[spec.reference] = _record(spec.reference, target, inputs)
+                _write_index(build_dir, images)
+                continue
             _check_host()
             if not cleaned:  # every container in the store is ours, and we hold the lock
                 builder.buildah.remove_leftovers()
                 cleaned = True
             images[spec.reference] = builder.build(spec, context, inputs)
             _write_index(build_dir, images)
+            cache.remember(shared, spec.name, inputs, target)
         return images
