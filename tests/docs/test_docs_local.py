@@ -32,7 +32,7 @@ def test_readme_quickstart(docs: Any, doc_shell: Any) -> None:
 
 
 def test_gpu_deployment_plan(docs: Any, doc_shell: Any) -> None:
-    run = doc_shell.run(docs.sequence("docs/gpu-deployment.md", "plan"), timeout_s=120)
+    run = doc_shell.run(docs.sequence("docs/gpu-deployment.md", "plan"), timeout_s=300)
     assert run.mismatches == [], "\n".join(run.mismatches)
 
 

@@ -36,6 +36,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if not clusters:
         print("error: no InferenceCluster in the given files", file=sys.stderr)
         return EXIT_INVALID
+    if args.output == "json" and not plan_workload.wants_recommendation(args):
+        print("error: --output json describes a recommendation: give a workload too "
+              "(--isl, --osl, --rate, --ttft-p90, --itl-p90-ms)", file=sys.stderr)  # fmt: skip
+        return EXIT_INVALID
     if plan_workload.wants_recommendation(args):
         if len(clusters) != 1:
             print("error: a workload plan takes exactly one InferenceCluster", file=sys.stderr)

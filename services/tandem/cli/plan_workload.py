@@ -9,11 +9,13 @@ input.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from tandem.api.v1alpha1 import InferenceCluster
 from tandem.sim.metrics import Slo
+from tandem.sim.plan_document import render_plan_document
 from tandem.sim.planner import Evaluation, Recommendation, Workload, recommend
 from tandem.sim.plot import PlotUnavailableError, plot_recommendation
 from tandem.sim.scaling_targets import compute_scaling_targets
@@ -41,6 +43,12 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--plot", type=Path, help="write the options' Pareto chart here (PNG)")
     group.add_argument(
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="json: one document (tandem.plan/v1, docs/gpu-deployment.md) instead of text",
+    )
+    group.add_argument(
         "--requests", type=_positive_int, default=150, help="simulated requests per candidate"
     )
 
@@ -62,29 +70,37 @@ def cmd_recommend(args: argparse.Namespace, source: str, cluster: InferenceClust
     stall = None if args.max_stall_ms is None else args.max_stall_ms / 1e3
     slo = Slo(args.ttft_p90, args.itl_p90_ms / 1e3)
     workload = Workload(args.isl, args.osl, args.rate, slo, stall)
+    as_json = args.output == "json"
+
+    def say(line: str) -> None:
+        if not as_json:  # in JSON mode stdout carries the document alone
+            print(line, flush=True)
+
     spec = cluster.spec
-    print(
+    say(
         f"{cluster.metadata.name}: {spec.model.name} on {spec.accelerator.profile.value}, "
         f"prefill TP{limits.prefill_tp} (<= {limits.max_prefill} workers), decode "
         f"TP{limits.decode_tp} (<= {limits.max_decode} workers)\n"
         f"workload: ISL {workload.isl}, OSL {workload.osl}, {workload.rate:g} requests/s; "
-        f"SLO {workload.describe_slo()}",
-        flush=True,
+        f"SLO {workload.describe_slo()}"
     )
     result = recommend(
         workload, setup, limits, requests=args.requests,
-        progress=lambda e: print(f"  tried {_row(e)}", flush=True),
+        progress=lambda e: say(f"  tried {_row(e)}"),
     )  # fmt: skip
-    print(format_recommendation(result, setup.min_prefill_tokens))
-    for clock in result.clock_sources:
-        print(f"step times: {clock}")
+    if as_json:
+        print(json.dumps(render_plan_document(result, setup), indent=2))
+    else:
+        print(format_recommendation(result, setup.min_prefill_tokens))
+        for clock in result.clock_sources:
+            print(f"step times: {clock}")
     if args.plot is not None:
         try:
             path = plot_recommendation(result, args.plot, _title(cluster, workload))
         except PlotUnavailableError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_INVALID
-        print(f"wrote {path}")
+        print(f"wrote {path}", file=sys.stderr if as_json else sys.stdout)
     return 0 if result.chosen is not None else EXIT_CANNOT
 
 

@@ -4,12 +4,16 @@ no GPU can meet said in one line (exit 1), incomplete or unplannable input (exit
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from pathlib import Path
+from typing import Any
 
+import jsonschema
 import pytest
 
 from tandem.cli import plan, plan_workload
+from tandem.sim.plan_document import PLAN_SCHEMA
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "manifests" / "examples"
 SIMULATED = str(EXAMPLES / "simulated-gpt-oss-120b-gb200.yaml")
@@ -84,3 +88,53 @@ def test_incomplete_or_unplannable_input(capsys: pytest.CaptureFixture[str]) -> 
     assert "spec.accelerator.profile: plans are for GPU profiles" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         run("-f", SIMULATED, "--rate", "-1")
+
+
+def _json_plan(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
+    code = run("-f", SIMULATED, *argv, "--output", "json")
+    out = capsys.readouterr().out
+    document: dict[str, Any] = json.loads(out)  # stdout holds the document alone
+    jsonschema.validate(document, PLAN_SCHEMA)
+    return code, document
+
+
+def test_json_output_is_the_text_recommendation_in_its_documented_schema(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    workload = ("--isl", "1024", "--osl", "32", "--rate", "4", "--ttft-p90", "0.5",
+                "--itl-p90-ms", "5", "--requests", "40")  # fmt: skip
+    assert run("-f", SIMULATED, *workload) == 0
+    text = capsys.readouterr().out
+    code, document = _json_plan(capsys, *workload)
+    assert code == 0
+    chosen = document["recommended"]
+    gpus = "1 GPU" if chosen["gpus"] == 1 else f"{chosen['gpus']} GPUs"
+    assert re.search(rf"^recommended: .*, {gpus}$", text, re.MULTILINE), text
+    assert document["workload"] == {
+        "isl": 1024, "osl": 32, "requestsPerSecond": 4.0,
+        "slo": {"ttftP90Seconds": 0.5, "itlP90Seconds": 0.005, "longestGapP90Seconds": None},
+    }  # fmt: skip
+    assert chosen["meetsSlo"] and chosen["ttftSeconds"]["p90"] <= 0.5
+    assert chosen["itlSeconds"]["p90"] <= 0.005
+    for clock in document["clockSources"]:
+        assert f"step times: {clock}" in text
+    # The runners-up are every other deployment simulated, none with fewer GPUs meeting.
+    tried = len(re.findall(r"^  tried ", text, re.MULTILINE))
+    assert len(document["runnersUp"]) == tried - 1
+    assert not any(r["meetsSlo"] and r["gpus"] < chosen["gpus"] for r in document["runnersUp"])
+
+
+def test_json_output_says_why_nothing_is_recommended(capsys: pytest.CaptureFixture[str]) -> None:
+    code, document = _json_plan(capsys, "--isl", "1024", "--osl", "256", "--rate", "1",
+                                "--ttft-p90", "1", "--itl-p90-ms", "1")  # fmt: skip
+    assert code == plan_workload.EXIT_CANNOT
+    assert document["recommended"] is None and document["runnersUp"] == []
+    assert document["reason"].startswith("no deployment can: one sequence alone decodes at")
+
+
+def test_json_output_needs_a_workload(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run("-f", SIMULATED, "--output", "json") == plan_workload.EXIT_INVALID
+    assert capsys.readouterr().err == (
+        "error: --output json describes a recommendation: give a workload too (--isl, --osl, "
+        "--rate, --ttft-p90, --itl-p90-ms)\n"
+    )
