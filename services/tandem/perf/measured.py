@@ -30,6 +30,7 @@ to the analytic model and says so.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import logging
 from collections.abc import Callable, Sequence
@@ -181,7 +182,7 @@ def build_measured_clock(perf: PerfModel, profile: AcceleratorProfile) -> Measur
         ) from None
     tp = perf.tensor_parallel_size
     moe_dtype = choose_moe_dtype(profile)
-    data_version = sdk.perf_database.get_latest_database_version(system, BACKEND)
+    data_version = _data_version(system)
     config: dict[str, Any] = {
         "schema_version": 1,
         "model_name": model,
@@ -212,6 +213,14 @@ class _Sdk:
     def __init__(self, perf_database: Any, forward_pass_model: Any) -> None:
         self.perf_database = perf_database
         self.RustForwardPassPerfModel = forward_pass_model
+
+
+@functools.cache
+def _data_version(system: str) -> str:
+    """The database version aiconfigurator-core calls current for ``system`` (reading
+    its index of databases takes about a second, so once per process)."""
+    version: str = _import_sdk().perf_database.get_latest_database_version(system, BACKEND)
+    return version
 
 
 def _import_sdk() -> _Sdk:

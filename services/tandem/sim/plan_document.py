@@ -119,8 +119,9 @@ def render_plan_document(result: Recommendation, setup: Setup) -> dict[str, Any]
 
 def _deployment(evaluation: Evaluation, setup: Setup) -> dict[str, Any]:
     c = evaluation.candidate
-    prefill = SimulatedOptions.model_validate(dict(setup.prefill_options))
-    decode = SimulatedOptions.model_validate(dict(setup.decode_options))
+    shaped = setup.shaped(c.prefill_tp, c.decode_tp, c.max_num_tokens)
+    prefill = SimulatedOptions.model_validate(dict(shaped.prefill_options))
+    decode = SimulatedOptions.model_validate(dict(shaped.decode_options))
     return {
         "mode": "aggregated" if c.prefill == 0 else "disaggregated",
         "gpus": c.gpus,

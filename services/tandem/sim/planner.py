@@ -3,33 +3,44 @@
 The search runs candidate deployments in virtual time (``ClusterSim``: the simulated
 engine's scheduler and clock, the router's policy) under the workload's arrivals --
 Poisson at the given rate, fixed ISL and OSL -- and checks the SLO on the requests after
-a warm-up. GPU counts are tried from a lower bound up: the rate-matched ideal's tokens per
-GPU at the ITL target bounds from above what any split can do, so no smaller count can
-succeed. At each count the aggregated deployment and the disaggregated splits around
-the rate-matched prefill:decode ratio are run; the first count with a deployment that
-meets the SLO wins (ties: the lower p90 ITL). Like Dynamo's profiler / AIConfigurator,
-it answers from a performance model, not from the cluster.
+a warm-up. Like Dynamo's profiler / AIConfigurator, it answers from a performance model,
+not from the cluster.
+
+The spec's parallelism is a starting point, not a limit: every *shape* -- aggregated
+workers of each tensor-parallel size, and each pair of prefill and decode sizes -- that
+fits the model on the profile's nodes is a way to serve. Each shape's rate-matched ideal
+(its clocks' tokens per GPU at the ITL target) bounds from above what any deployment of
+that shape can do, so it also bounds from below the GPUs the shape needs. GPU counts are
+tried from the lowest such bound up; at each count the shapes whose bound allows it are
+run, most efficient first (aggregated workers as they are, disaggregated splits around
+the rate-matched prefill:decode ratio); the first count with a deployment that meets the
+SLO wins (ties: the lower p90 ITL). Worker counts stay within the spec's maxReplicas.
 
 A workload may also bound stalls: how long 90% of streams may wait, at worst, between
 two tokens. A per-request mean ITL hides a step that carries another prompt's prefill
-chunk (~0.1 s for 8k tokens of a 32k prompt on a GB200) however often each stream hits
-one; this bound does not.
+chunk (~0.13 s for the last 8k chunk of a 32k prompt on one GB200) however often each
+stream hits one; this bound does not. With one, aggregated shapes are also tried with a
+2,048-token step budget, which shortens those stalls at the cost of prefill speed.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 
-from tandem.engines.simulated import SimulatedConfig
+from tandem.engines.simulated import SimulatedConfig, SimulatedConfigError
 from tandem.perf.ideal import IdealPoint, compute_rate_matched_curve, find_best_within
 from tandem.perf.model import compute_kv_capacity, compute_prefill_seconds
 from tandem.sim.cluster import ClusterSim, Deployment, Outcome, SimRequest
 from tandem.sim.metrics import Percentiles, Slo, compute_percentiles
 
 WARMUP_FRACTION = 0.2  # requests arriving in the first 20% of the run are not judged
+# Deployments simulated at one GPU count at most, the most efficient shapes first.
+CANDIDATES_PER_COUNT = 6
+# The step budget aggregated shapes are also tried with under a stall bound.
+SHORT_STEP_TOKENS = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,12 +60,19 @@ class Workload:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """What the spec allows: workers per pool and GPUs per worker."""
+    """What the spec allows: workers per pool, and the GPUs per worker it starts from."""
 
     max_prefill: int
     max_decode: int
     prefill_tp: int
     decode_tp: int
+    # The GPUs per worker the search may use (within a node); empty: the spec's only.
+    tensor_parallel_sizes: tuple[int, ...] = ()
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        own = {self.prefill_tp, self.decode_tp}
+        return tuple(sorted(own | set(self.tensor_parallel_sizes)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +81,8 @@ class Candidate:
     decode: int
     prefill_tp: int
     decode_tp: int
+    # The decode (or aggregated) workers' step budget; None: the spec's.
+    max_num_tokens: int | None = None
 
     @property
     def gpus(self) -> int:
@@ -70,10 +90,18 @@ class Candidate:
 
     @property
     def name(self) -> str:
-        workers = "worker" if self.prefill + self.decode == 1 else "workers"
         if self.prefill == 0:
-            return f"aggregated, {self.decode} {workers}"
-        return f"{self.prefill} prefill + {self.decode} decode {workers}"
+            budget = "" if self.max_num_tokens is None else f", {self.max_num_tokens} tokens/step"
+            return f"aggregated, {_workers(self.decode, self.decode_tp)}{budget}"
+        workers = "worker" if self.prefill + self.decode == 1 else "workers"
+        return (
+            f"{self.prefill} prefill TP{self.prefill_tp} + {self.decode} decode "
+            f"TP{self.decode_tp} {workers}"
+        )
+
+
+def _workers(count: int, tp: int) -> str:
+    return f"{count} TP{tp} worker{'' if count == 1 else 's'}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +149,18 @@ class Setup:
             self.max_prefill_wait_seconds,
         )
 
+    def shaped(self, prefill_tp: int, decode_tp: int, max_num_tokens: int | None) -> Setup:
+        """The same engines at other parallelism (and a decode step budget)."""
+        decode = {**self.decode_options, "tensor_parallel_size": decode_tp}
+        if max_num_tokens is not None:
+            decode["max_num_tokens"] = max_num_tokens
+        prefill = {**self.prefill_options, "tensor_parallel_size": prefill_tp}
+        return replace(self, prefill_options=prefill, decode_options=decode)
+
+    def for_candidate(self, candidate: Candidate) -> Deployment:
+        shaped = self.shaped(candidate.prefill_tp, candidate.decode_tp, candidate.max_num_tokens)
+        return shaped.deployment(candidate.prefill, candidate.decode)
+
 
 def generate_arrivals(workload: Workload, count: int, seed: int) -> list[SimRequest]:
     """``count`` Poisson arrivals at ``workload.rate`` (seeded)."""
@@ -135,7 +175,7 @@ def generate_arrivals(workload: Workload, count: int, seed: int) -> list[SimRequ
 def evaluate(
     candidate: Candidate, workload: Workload, setup: Setup, arrivals: Sequence[SimRequest]
 ) -> Evaluation:
-    deployment = setup.deployment(candidate.prefill, candidate.decode)
+    deployment = setup.for_candidate(candidate)
     # Stop judging a hopeless deployment once the run lasts far past its arrivals.
     horizon = arrivals[-1].arrival * 3 + 60.0
     outcomes = ClusterSim(deployment).run_open(arrivals, until=horizon)
@@ -174,6 +214,90 @@ def _summarize(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """One way to serve: aggregated workers of one TP size (``prefill_tp`` None), or a
+    prefill and a decode TP size, with what their clocks promise at best."""
+
+    prefill_tp: int | None
+    decode_tp: int
+    max_num_tokens: int | None
+    ideal: tuple[IdealPoint, ...]
+    best: IdealPoint  # the ideal's most tokens/s/GPU within the ITL target
+    prefill_busy: float  # prefill workers the rate keeps busy (disaggregated)
+    fewest_gpus: int  # what the best point needs for the workload's tokens/s
+    clock_sources: tuple[str, ...]
+
+    def candidates(self, gpus: int, limits: Limits) -> list[Candidate]:
+        if self.prefill_tp is None:
+            tp, workers = self.decode_tp, gpus // self.decode_tp
+            if gpus % tp or workers > limits.max_decode:
+                return []
+            return [Candidate(0, workers, tp, tp, self.max_num_tokens)]
+        return _splits(gpus, limits, self.prefill_busy, self.best, self.prefill_tp, self.decode_tp)
+
+
+def compute_shapes(workload: Workload, setup: Setup, limits: Limits) -> list[Shape]:
+    """Every shape that fits the model and can reach the ITL target, most efficient
+    first (pure: clocks and capacity only, no simulation)."""
+    shapes = []
+    configs: dict[str, SimulatedConfig | None] = {}  # each engine once, by its options
+
+    def config(options: Mapping[str, object]) -> SimulatedConfig | None:
+        key = repr(sorted(options.items()))
+        if key not in configs:
+            try:
+                built = SimulatedConfig.from_options(options)
+                compute_kv_capacity(built.perf, built.memory)
+                configs[key] = built
+            except (SimulatedConfigError, ValueError):
+                configs[key] = None  # the weights do not fit this many GPUs
+        return configs[key]
+
+    for prefill_tp, decode_tp, budget in _shape_keys(workload, setup, limits):
+        shaped = setup.shaped(prefill_tp or decode_tp, decode_tp, budget)
+        prefill, decode = config(shaped.prefill_options), config(shaped.decode_options)
+        if prefill is None or decode is None:
+            continue
+        capacity = compute_kv_capacity(decode.perf, decode.memory)
+        chunk = prefill.options.max_num_tokens if prefill_tp else decode.options.max_num_tokens
+        ideal = tuple(
+            compute_rate_matched_curve(
+                prefill.clock, decode.clock, capacity, isl=workload.isl, osl=workload.osl,
+                chunk_tokens=chunk,
+            )
+        )  # fmt: skip
+        best = find_best_within(list(ideal), workload.slo.itl_p90_s)
+        if best is None:
+            continue
+        demand = workload.rate * workload.osl  # output tokens per second
+        prefill_s = compute_prefill_seconds(prefill.clock, workload.isl, chunk)
+        sources = tuple(dict.fromkeys((prefill.clock.source, decode.clock.source)))
+        shapes.append(
+            Shape(
+                prefill_tp, decode_tp, budget, ideal, best, workload.rate * prefill_s,
+                max(1, math.ceil(demand / best.tokens_per_second_per_gpu)), sources,
+            )
+        )  # fmt: skip
+    shapes.sort(key=lambda s: -s.best.tokens_per_second_per_gpu)
+    return shapes
+
+
+def _shape_keys(
+    workload: Workload, setup: Setup, limits: Limits
+) -> Iterator[tuple[int | None, int, int | None]]:
+    budgets: list[int | None] = [None]
+    spec_budget = SimulatedConfig.from_options(setup.decode_options).options.max_num_tokens
+    if workload.max_stall_s is not None and spec_budget > SHORT_STEP_TOKENS:
+        budgets.append(SHORT_STEP_TOKENS)
+    for tp in limits.sizes:
+        for budget in budgets:
+            yield None, tp, budget
+    for prefill_tp in limits.sizes:
+        for decode_tp in limits.sizes:
+            yield prefill_tp, decode_tp, None
+
+
 def recommend(
     workload: Workload,
     setup: Setup,
@@ -183,74 +307,77 @@ def recommend(
     seed: int = 1,
     progress: Callable[[Evaluation], None] = lambda _: None,
 ) -> Recommendation:
-    prefill_config = SimulatedConfig.from_options(setup.prefill_options)
-    decode_config = SimulatedConfig.from_options(setup.decode_options)
-    capacity = compute_kv_capacity(decode_config.perf, decode_config.memory)
-    ideal = tuple(
-        compute_rate_matched_curve(
-            prefill_config.clock,
-            decode_config.clock,
-            capacity,
-            isl=workload.isl,
-            osl=workload.osl,
-            chunk_tokens=prefill_config.options.max_num_tokens,
-        )
+    shapes = compute_shapes(workload, setup, limits)
+    sources = tuple(dict.fromkeys(src for shape in shapes for src in shape.clock_sources))
+    if not shapes:
+        return _unreachable(workload, setup, limits)
+    spec = next(
+        (s for s in shapes if (s.prefill_tp, s.decode_tp) == (limits.prefill_tp, limits.decode_tp)),
+        shapes[0],
     )
-    sources = tuple(dict.fromkeys((prefill_config.clock.source, decode_config.clock.source)))
-    best = find_best_within(list(ideal), workload.slo.itl_p90_s)
-    if best is None:
-        alone = ideal[0].step_seconds if ideal else math.inf
-        return Recommendation(
-            workload, None, (), ideal, sources,
-            f"no deployment can: one sequence alone decodes at {alone * 1e3:.1f} ms/token on "
-            f"this GPU and parallelism, above the ITL target of "
-            f"{workload.slo.itl_p90_s * 1e3:g} ms",
-        )  # fmt: skip
-    demand = workload.rate * workload.osl  # output tokens per second
-    prefill_s = compute_prefill_seconds(
-        prefill_config.clock, workload.isl, prefill_config.options.max_num_tokens
-    )
-    most = limits.max_prefill * limits.prefill_tp + limits.max_decode * limits.decode_tp
-    lowest = max(1, math.ceil(demand / best.tokens_per_second_per_gpu))
+    largest = max(limits.sizes)
+    most = (limits.max_prefill + limits.max_decode) * largest
     arrivals = generate_arrivals(workload, requests, seed)
     evaluated: list[Evaluation] = []
-    for gpus in range(lowest, most + 1):
-        fits = [
-            evaluate(c, workload, setup, arrivals)
-            for c in _candidates(gpus, limits, workload.rate * prefill_s, best)
-        ]
+    for gpus in range(min(s.fewest_gpus for s in shapes), most + 1):
+        fitting = [s for s in shapes if s.fewest_gpus <= gpus]
+        candidates = [c for s in fitting for c in s.candidates(gpus, limits)]
+        fits = [evaluate(c, workload, setup, arrivals) for c in candidates[:CANDIDATES_PER_COUNT]]
         for e in fits:
             progress(e)
         evaluated += fits
         winners = [e for e in fits if e.meets]
         if winners:
             chosen = min(winners, key=lambda e: (e.itl.p90, e.ttft.p90))
-            return Recommendation(workload, chosen, tuple(evaluated), ideal, sources)
+            return Recommendation(workload, chosen, tuple(evaluated), spec.ideal, sources)
     return Recommendation(
-        workload, None, tuple(evaluated), ideal, sources,
+        workload, None, tuple(evaluated), spec.ideal, sources,
         f"no deployment within the spec's limits ({limits.max_prefill} prefill and "
         f"{limits.max_decode} decode workers) meets the SLO at {workload.rate:g} requests/s",
     )  # fmt: skip
 
 
-def _candidates(
-    gpus: int, limits: Limits, prefill_busy: float, ideal: IdealPoint
+def _unreachable(workload: Workload, setup: Setup, limits: Limits) -> Recommendation:
+    """No shape reaches the ITL target: say how fast one sequence decodes at best."""
+    alone, sources = math.inf, tuple[str, ...]()
+    for tp in limits.sizes:
+        try:
+            config = SimulatedConfig.from_options(setup.shaped(tp, tp, None).decode_options)
+            compute_kv_capacity(config.perf, config.memory)
+        except (SimulatedConfigError, ValueError):
+            continue
+        context = workload.isl + workload.osl // 2
+        step = config.clock.step_seconds([context], ())
+        if step < alone:
+            alone, sources = step, (config.clock.source,)
+    return Recommendation(
+        workload, None, (), (), sources,
+        f"no deployment can: one sequence alone decodes at {alone * 1e3:.1f} ms/token on "
+        f"this GPU at best (TP {', '.join(map(str, limits.sizes))}), above the ITL target of "
+        f"{workload.slo.itl_p90_s * 1e3:g} ms",
+    )  # fmt: skip
+
+
+def _splits(
+    gpus: int,
+    limits: Limits,
+    prefill_busy: float,
+    ideal: IdealPoint,
+    prefill_tp: int,
+    decode_tp: int,
 ) -> list[Candidate]:
-    """Deployments of exactly ``gpus`` GPUs worth running: aggregated, and the splits
-    whose prefill share is closest to the rate-matched one (``prefill_busy`` prefill
-    workers would be busy all the time; the ideal says how many per decode worker)."""
-    out = []
-    if gpus % limits.decode_tp == 0 and gpus // limits.decode_tp <= limits.max_decode:
-        out.append(Candidate(0, gpus // limits.decode_tp, limits.prefill_tp, limits.decode_tp))
+    """Disaggregated deployments of exactly ``gpus`` GPUs worth running: the splits whose
+    prefill share is closest to the rate-matched one (``prefill_busy`` prefill workers
+    would be busy all the time; the ideal says how many per decode worker)."""
     splits = []
     for prefill in range(1, limits.max_prefill + 1):
-        rest = gpus - prefill * limits.prefill_tp
-        if rest <= 0 or rest % limits.decode_tp:
+        rest = gpus - prefill * prefill_tp
+        if rest <= 0 or rest % decode_tp:
             continue
-        decode = rest // limits.decode_tp
+        decode = rest // decode_tp
         if decode > limits.max_decode or prefill < prefill_busy:
             continue  # a prefill pool busier than 100% only queues
-        splits.append(Candidate(prefill, decode, limits.prefill_tp, limits.decode_tp))
+        splits.append(Candidate(prefill, decode, prefill_tp, decode_tp))
     share = ideal.prefill_workers_per_decode_worker
     splits.sort(key=lambda c: abs(c.prefill / c.decode - share))
-    return out + splits[:2]
+    return splits[:2]

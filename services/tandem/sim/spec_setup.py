@@ -12,10 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from tandem.api.v1alpha1 import AcceleratorProfile, EngineKind, InferenceClusterSpec, PoolRole
+from tandem.capacity.gpus import gpu_for
 from tandem.engines.simulated.config import render_simulated_options
 from tandem.engines.trtllm.config import pool_engine_options, pool_of, render_trtllm_config
 from tandem.sim.planner import Limits, Setup
 
+# Tensor-parallel sizes the planner tries, within one node of the profile.
+TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
 # What the simulated engine takes from a trtllm spec: everything else about the GPU comes
 # from the accelerator profile.
 _TRTLLM_KEYS = ("max_num_tokens", "max_batch_size")
@@ -41,11 +44,13 @@ def compute_setup(spec: InferenceClusterSpec) -> tuple[Setup, Limits]:
         spec.frontend.disaggregation.min_prefill_tokens,
         spec.frontend.disaggregation.max_prefill_wait_seconds,
     )
+    node = gpu_for(spec.accelerator.profile).gpus_per_node
     limits = Limits(
         spec.prefill.max_replicas,
         spec.decode.max_replicas,
         spec.prefill.tensor_parallel_size,
         spec.decode.tensor_parallel_size,
+        tuple(tp for tp in TENSOR_PARALLEL_SIZES if tp <= node),
     )
     return setup, limits
 

@@ -55,7 +55,7 @@ def test_a_disaggregated_recommendation_prints_the_targets_that_hold_it(
                "--ttft-p90", "2", "--itl-p90-ms", "6")  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0, out
-    chosen = re.search(r"recommended: (\d+) prefill \+ 1 decode workers", out)
+    chosen = re.search(r"recommended: (\d+) prefill TP\d \+ \d+ decode TP\d workers", out)
     assert chosen is not None, out
     prefill = int(chosen.group(1))
     # 8 x 32768 prompt tokens/s over the prefill workers, rounded down.

@@ -11,15 +11,19 @@ import pytest
 from tandem.api.validate import load_inference_cluster
 from tandem.engines.simulated import SimulatedConfig
 from tandem.perf.ideal import IdealPoint
+from tandem.perf.model import Chunk
 from tandem.sim.cluster import Outcome
 from tandem.sim.metrics import Slo
 from tandem.sim.planner import (
+    SHORT_STEP_TOKENS,
     Candidate,
     Limits,
     Setup,
+    Shape,
     Workload,
-    _candidates,
+    _splits,
     _summarize,
+    compute_shapes,
     generate_arrivals,
     recommend,
 )
@@ -41,25 +45,27 @@ def test_arrivals_are_seeded_poisson_at_the_rate() -> None:
 def test_candidates_at_a_gpu_count() -> None:
     limits = Limits(max_prefill=3, max_decode=4, prefill_tp=1, decode_tp=2)
     ideal = IdealPoint(8, 0.005, 0.5, 1000.0)  # half a prefill worker per decode worker
-    # 6 GPUs: aggregated 3 x TP2; splits 2P + 2D(TP2) (ratio 1.0), 4P is over the limit,
-    # odd prefill counts leave an odd number of GPUs for TP2 decode workers.
-    assert _candidates(6, limits, 0.0, ideal) == [
-        Candidate(0, 3, 1, 2),
-        Candidate(2, 2, 1, 2),
-    ]
-    # 7 GPUs: no aggregated deployment (odd), 1P + 3D (ratio 0.33), 3P + 2D (1.5):
-    # the closer to 0.5 first.
-    assert _candidates(7, limits, 0.0, ideal) == [Candidate(1, 3, 1, 2), Candidate(3, 2, 1, 2)]
+    # 6 GPUs: splits 2P + 2D(TP2) (ratio 1.0), 4P is over the limit, odd prefill counts
+    # leave an odd number of GPUs for TP2 decode workers.
+    assert _splits(6, limits, 0.0, ideal, 1, 2) == [Candidate(2, 2, 1, 2)]
+    # 7 GPUs: 1P + 3D (ratio 0.33), 3P + 2D (1.5): the closer to 0.5 first.
+    assert _splits(7, limits, 0.0, ideal, 1, 2) == [Candidate(1, 3, 1, 2), Candidate(3, 2, 1, 2)]
     # A prefill pool that would be busier than 100% is not worth trying.
-    assert _candidates(7, limits, 2.5, ideal) == [Candidate(3, 2, 1, 2)]
+    assert _splits(7, limits, 2.5, ideal, 1, 2) == [Candidate(3, 2, 1, 2)]
+    # Aggregated: as many workers of the shape's TP as the count holds, within the limit.
+    shape = Shape(None, 2, None, (ideal,), ideal, 0.0, 1, ())
+    assert shape.candidates(6, limits) == [Candidate(0, 3, 2, 2)]
+    assert shape.candidates(7, limits) == shape.candidates(10, limits) == []
 
 
 @pytest.mark.parametrize(
     ("candidate", "name"),
     [
-        (Candidate(0, 1, 1, 1), "aggregated, 1 worker"),
-        (Candidate(0, 4, 1, 1), "aggregated, 4 workers"),
-        (Candidate(1, 1, 1, 1), "1 prefill + 1 decode workers"),
+        (Candidate(0, 1, 1, 1), "aggregated, 1 TP1 worker"),
+        (Candidate(0, 4, 4, 4), "aggregated, 4 TP4 workers"),
+        (Candidate(0, 2, 4, 4, 2048), "aggregated, 2 TP4 workers, 2048 tokens/step"),
+        (Candidate(1, 1, 1, 1), "1 prefill TP1 + 1 decode TP1 workers"),
+        (Candidate(3, 1, 1, 4), "3 prefill TP1 + 1 decode TP4 workers"),
     ],
 )
 def test_candidate_names(candidate: Candidate, name: str) -> None:
@@ -120,9 +126,55 @@ def test_bounding_stalls_moves_long_prompts_off_streaming_workers() -> None:
     bound = recommend(Workload(32768, 256, 0.5, slo, 0.03), SETUP, limits, requests=40)
     assert free.chosen is not None and free.chosen.candidate.prefill == 0
     assert free.chosen.longest_gap.p90 > 0.03
-    assert bound.chosen is not None and bound.chosen.candidate.prefill > 0
+    assert bound.chosen is not None
+    # Separated, or aggregated with shorter chunks in each step (the search tries both).
+    chosen = bound.chosen.candidate
+    assert chosen.prefill > 0 or chosen.max_num_tokens == SHORT_STEP_TOKENS
     assert bound.chosen.longest_gap.p90 <= 0.03
     assert bound.chosen.candidate.gpus >= free.chosen.candidate.gpus
+
+
+def test_a_light_load_is_served_by_one_tp1_worker_whatever_the_spec_says() -> None:
+    """One request a second of 64 tokens at a 20 ms ITL target: one GB200 decodes a
+    sequence in a few ms, so one GPU serves it, and no deployment has fewer. The spec's
+    TP4 decode pool is where the search starts, not what it must use."""
+    workload = Workload(1024, 64, 1.0, Slo(1.0, 0.02))
+    limits = Limits(2, 2, 1, 4, tensor_parallel_sizes=(1, 2, 4))
+    result = recommend(workload, SETUP, limits, requests=40)
+    assert result.chosen is not None
+    assert result.chosen.candidate == Candidate(0, 1, 1, 1)
+    assert result.evaluated[0].candidate.gpus == 1  # the search began at one GPU
+
+
+def test_a_stall_bound_no_aggregated_step_can_meet_is_met_by_disaggregation() -> None:
+    """32k prompts with streams bounded to 10 ms gaps: every step of an aggregated worker
+    that carries a chunk of 2,048 prompt tokens (the shortest budget the search tries)
+    takes longer than that on any TP size, and each stream sees such steps; a decode
+    worker that never prefills long prompts does not."""
+    sizes = (1, 2, 4)
+    for tp in sizes:
+        clock = SimulatedConfig.from_options({**OPTIONS, "tensor_parallel_size": tp}).clock
+        assert clock.step_seconds([33000], (Chunk(0, SHORT_STEP_TOKENS),)) > 0.010
+    workload = Workload(32768, 256, 0.5, Slo(3.0, 0.008), max_stall_s=0.010)
+    limits = Limits(4, 2, 1, 4, tensor_parallel_sizes=sizes)
+    result = recommend(workload, SETUP, limits, requests=40)
+    assert result.chosen is not None and result.chosen.candidate.prefill > 0
+    assert all(not e.meets for e in result.evaluated if e.candidate.prefill == 0)
+
+
+def test_the_search_bounds_each_shape_by_its_ideal() -> None:
+    workload = Workload(32768, 1024, 2.0, Slo(2.0, 0.006))
+    limits = Limits(4, 4, 1, 4, tensor_parallel_sizes=(1, 2, 4))
+    shapes = compute_shapes(workload, SETUP, limits)
+    # Aggregated and disaggregated shapes of every size that reaches the target.
+    assert {(s.prefill_tp, s.decode_tp) for s in shapes} >= {(None, 4), (1, 4)}
+    efficiency = [s.best.tokens_per_second_per_gpu for s in shapes]
+    assert efficiency == sorted(efficiency, reverse=True)
+    for shape in shapes:
+        # No deployment of the shape beats its ideal: fewer GPUs cannot carry the tokens.
+        demand = workload.rate * workload.osl
+        assert (shape.fewest_gpus - 1) * shape.best.tokens_per_second_per_gpu < demand
+        assert shape.best.step_seconds <= workload.slo.itl_p90_s
 
 
 def test_setups_from_specs() -> None:
