@@ -164,9 +164,12 @@ def _counted(count: int, noun: str) -> str:
 
 
 def _row(e: Evaluation) -> str:
+    name = f"{e.candidate.name} ({_counted(e.candidate.gpus, 'GPU')})"
+    if e.stopped is not None:
+        return f"{name}: misses, {e.stopped} (the run stopped there)"
     verdict = "meets" if e.meets else "misses"
     return (
-        f"{e.candidate.name} ({_counted(e.candidate.gpus, 'GPU')}): TTFT p90 {e.ttft.p90:.2f} s, "
+        f"{name}: TTFT p90 {e.ttft.p90:.2f} s, "
         f"ITL p90 {e.itl.p90 * 1e3:.1f} ms, longest gap p90 {e.longest_gap.p90 * 1e3:.0f} ms "
         f"-> {verdict}"
     )
@@ -180,7 +183,8 @@ def _gaps(e: Evaluation) -> str:
 def _closest(evaluated: tuple[Evaluation, ...]) -> Evaluation | None:
     if not evaluated:
         return None
-    return min(evaluated, key=lambda e: (e.itl.p90, e.ttft.p90))
+    # A run stopped early has figures for its first requests only: complete runs first.
+    return min(evaluated, key=lambda e: (e.stopped is not None, e.itl.p90, e.ttft.p90))
 
 
 def _title(cluster: InferenceCluster, workload: Workload) -> str:

@@ -18,6 +18,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tandem.api.v1alpha1 import RoutingPolicy
 from tandem.engines.base import SamplingParams, StepOutput
@@ -126,6 +127,15 @@ class _Flight:
     gaps: list[float] = field(default_factory=list)
 
 
+class Watch(Protocol):
+    """Sees each request's first token and its end; answering True stops the run (a
+    caller that already knows its verdict need not simulate the rest)."""
+
+    def first_token(self, arrival: float, ttft: float) -> bool: ...
+
+    def finished(self, outcome: Outcome) -> bool: ...
+
+
 class ClusterSim:
     """Run requests through a deployment; ``run`` returns every finished request."""
 
@@ -151,11 +161,20 @@ class ClusterSim:
         self.now = 0.0
         self.outcomes: list[Outcome] = []
         self._on_finish: Callable[[], None] = lambda: None
+        self._watch: Watch | None = None
+        self._stopped = False
 
     # -- driving ----------------------------------------------------------------------
 
-    def run_open(self, requests: Iterable[SimRequest], until: float | None = None) -> list[Outcome]:
-        """Requests arrive at their own times; runs until all finish (or ``until``)."""
+    def run_open(
+        self,
+        requests: Iterable[SimRequest],
+        until: float | None = None,
+        watch: Watch | None = None,
+    ) -> list[Outcome]:
+        """Requests arrive at their own times; runs until all finish (or ``until``, or
+        ``watch`` stops it)."""
+        self._watch = watch
         for request in requests:
             self._at(request.arrival, functools.partial(self._arrive, request))
         self._loop(until)
@@ -188,7 +207,7 @@ class ClusterSim:
         return self.outcomes
 
     def _loop(self, until: float | None) -> None:
-        while self._events:
+        while self._events and not self._stopped:
             when, _, action = heapq.heappop(self._events)
             if until is not None and when > until:
                 break
@@ -267,6 +286,9 @@ class ClusterSim:
         flight.tokens += 1
         if flight.first_token < 0:
             flight.first_token = self.now
+            arrival = flight.request.arrival
+            if self._watch is not None and self._watch.first_token(arrival, self.now - arrival):
+                self._stopped = True
         else:
             flight.gaps.append(self.now - flight.last_token)
         flight.last_token = self.now
@@ -279,16 +301,17 @@ class ClusterSim:
         flight.decode.engine.release(rid)
         self._wake(flight.decode)
         r = flight.request
-        self.outcomes.append(
-            Outcome(
-                r.arrival,
-                flight.first_token,
-                self.now,
-                flight.tokens,
-                flight.prefill is not None,
-                tuple(flight.gaps),
-            )
+        outcome = Outcome(
+            r.arrival,
+            flight.first_token,
+            self.now,
+            flight.tokens,
+            flight.prefill is not None,
+            tuple(flight.gaps),
         )
+        self.outcomes.append(outcome)
+        if self._watch is not None and self._watch.finished(outcome):
+            self._stopped = True
         self._on_finish()
 
     # -- workers ----------------------------------------------------------------------

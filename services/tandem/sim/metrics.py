@@ -33,6 +33,16 @@ def compute_percentiles(values: Sequence[float]) -> Percentiles:
     ordered = sorted(values)
 
     def rank(q: float) -> float:
-        return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+        return ordered[rank_index(q, len(ordered))]
 
     return Percentiles(rank(0.5), rank(0.9), rank(0.99))
+
+
+def rank_index(q: float, count: int) -> int:
+    """Where the ``q`` percentile of ``count`` sorted values sits (nearest rank)."""
+    return min(count - 1, max(0, round(q * (count - 1))))
+
+
+def misses_over_p90(count: int) -> int:
+    """How many of ``count`` values above a target put their p90 above it."""
+    return count - rank_index(0.9, count)

@@ -38,7 +38,7 @@ _DEPLOYMENT = {
     "required": [
         "mode", "gpus", "prefill", "decode", "meetsSlo", "ttftSeconds", "itlSeconds",
         "longestGapSeconds", "tokensPerSecondPerGpu", "tokensPerSecondPerUser",
-        "requestsJudged",
+        "requestsJudged", "stoppedEarly",
     ],
     "properties": {
         "mode": {"enum": ["aggregated", "disaggregated"]},
@@ -53,6 +53,9 @@ _DEPLOYMENT = {
         "tokensPerSecondPerGpu": {"type": "number", "minimum": 0},
         "tokensPerSecondPerUser": {"type": "number", "minimum": 0},
         "requestsJudged": {"type": "integer", "minimum": 0},
+        # Why the run stopped before its end (the SLO was missed for sure); the figures
+        # then cover the requests finished by then. Null for a complete run.
+        "stoppedEarly": {"type": ["string", "null"]},
     },
 }  # fmt: skip
 PLAN_SCHEMA: dict[str, Any] = {
@@ -134,6 +137,7 @@ def _deployment(evaluation: Evaluation, setup: Setup) -> dict[str, Any]:
         "tokensPerSecondPerGpu": evaluation.tokens_per_second_per_gpu,
         "tokensPerSecondPerUser": evaluation.tokens_per_second_per_user,
         "requestsJudged": evaluation.requests,
+        "stoppedEarly": evaluation.stopped,
     }
 
 

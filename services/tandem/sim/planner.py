@@ -34,7 +34,7 @@ from tandem.engines.simulated import SimulatedConfig, SimulatedConfigError
 from tandem.perf.ideal import IdealPoint, compute_rate_matched_curve, find_best_within
 from tandem.perf.model import compute_kv_capacity, compute_prefill_seconds
 from tandem.sim.cluster import ClusterSim, Deployment, Outcome, SimRequest
-from tandem.sim.metrics import Percentiles, Slo, compute_percentiles
+from tandem.sim.metrics import Percentiles, Slo, compute_percentiles, misses_over_p90
 
 WARMUP_FRACTION = 0.2  # requests arriving in the first 20% of the run are not judged
 # Deployments simulated at one GPU count at most, the most efficient shapes first.
@@ -116,6 +116,9 @@ class Evaluation:
     meets: bool
     # First token to last, averaged over the judged requests.
     mean_decode_seconds: float
+    # Set when the run stopped once the SLO was missed for sure: the figures above then
+    # cover only the requests finished by then.
+    stopped: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,25 +181,68 @@ def evaluate(
     deployment = setup.for_candidate(candidate)
     # Stop judging a hopeless deployment once the run lasts far past its arrivals.
     horizon = arrivals[-1].arrival * 3 + 60.0
-    outcomes = ClusterSim(deployment).run_open(arrivals, until=horizon)
     cutoff = arrivals[-1].arrival * WARMUP_FRACTION
+    watch = MissWatch(workload, cutoff, sum(1 for r in arrivals if r.arrival >= cutoff))
+    outcomes = ClusterSim(deployment).run_open(arrivals, until=horizon, watch=watch)
     judged = [o for o in outcomes if o.arrival >= cutoff]
     unfinished = len(arrivals) - len(outcomes)
-    return _summarize(candidate, workload, judged, unfinished)
+    return _summarize(candidate, workload, judged, unfinished, watch.verdict)
+
+
+@dataclass(slots=True)
+class MissWatch:
+    """Counts the judged requests over each target while a deployment runs; once more
+    of them miss one target than its p90 allows, the deployment misses whatever the
+    rest do, and the run stops (most deployments a search tries miss)."""
+
+    workload: Workload
+    cutoff: float  # requests arriving earlier are warm-up, not judged
+    judged: int  # requests the run will judge if all finish
+    ttft_misses: int = 0
+    itl_misses: int = 0
+    gap_misses: int = 0
+    verdict: str | None = None  # why the run stopped early
+
+    def first_token(self, arrival: float, ttft: float) -> bool:
+        if arrival >= self.cutoff and ttft > self.workload.slo.ttft_p90_s:
+            self.ttft_misses += 1
+        return self._decided()
+
+    def finished(self, outcome: Outcome) -> bool:
+        if outcome.arrival >= self.cutoff:
+            self.itl_misses += outcome.itl > self.workload.slo.itl_p90_s
+            bound = self.workload.max_stall_s
+            self.gap_misses += bound is not None and max(outcome.gaps, default=0.0) > bound
+        return self._decided()
+
+    def _decided(self) -> bool:
+        enough = misses_over_p90(self.judged)
+        for misses, target in (
+            (self.ttft_misses, "TTFT"), (self.itl_misses, "ITL"), (self.gap_misses, "longest gap"),
+        ):  # fmt: skip
+            if misses >= enough:
+                self.verdict = f"{misses} of {self.judged} judged requests over the {target} target"
+                return True
+        return False
 
 
 def _summarize(
-    candidate: Candidate, workload: Workload, judged: Sequence[Outcome], unfinished: int
+    candidate: Candidate,
+    workload: Workload,
+    judged: Sequence[Outcome],
+    unfinished: int,
+    stopped: str | None = None,
 ) -> Evaluation:
     if not judged:
         worst = Percentiles(math.inf, math.inf, math.inf)
-        return Evaluation(candidate, worst, worst, worst, 0.0, 0.0, 0, False, math.inf)
+        return Evaluation(candidate, worst, worst, worst, 0.0, 0.0, 0, False, math.inf, stopped)
     ttft = compute_percentiles([o.ttft for o in judged])
     itl = compute_percentiles([o.itl for o in judged])
     longest_gap = compute_percentiles([max(o.gaps, default=0.0) for o in judged])
     users = sorted(1 / o.itl for o in judged if o.itl > 0)
     meets = (
-        unfinished == 0
+        stopped is None
+        and unfinished == 0
         and ttft.p90 <= workload.slo.ttft_p90_s
         and itl.p90 <= workload.slo.itl_p90_s
         and (workload.max_stall_s is None or longest_gap.p90 <= workload.max_stall_s)
@@ -211,6 +257,7 @@ def _summarize(
         len(judged),
         meets,
         sum(o.end - o.first_token for o in judged) / len(judged),
+        stopped,
     )
 
 

@@ -184,3 +184,11 @@ def test_where_the_database_cannot_answer_the_clock_says_why() -> None:
 def test_a_table_and_the_measured_clock_exclude_each_other(tmp_path: Path) -> None:
     with pytest.raises(ClockError, match="exclude each other"):
         build_clock(perf(), GB200, choice=ClockChoice.MEASURED, table_path=str(tmp_path / "t"))
+
+
+def test_workers_of_one_shape_share_a_clock_and_its_prices() -> None:
+    first = build_measured_clock(perf(tp=2), GB200)
+    first.step_seconds([4095] * 8, ())
+    again = build_measured_clock(perf(tp=2), GB200)
+    assert again is first and StepShape.of([4095] * 8, ()) in again._cache
+    assert build_measured_clock(perf(tp=4), GB200) is not first

@@ -12,10 +12,11 @@ from tandem.api.validate import load_inference_cluster
 from tandem.engines.simulated import SimulatedConfig
 from tandem.perf.ideal import IdealPoint
 from tandem.perf.model import Chunk
-from tandem.sim.cluster import Outcome
-from tandem.sim.metrics import Slo
+from tandem.sim.cluster import ClusterSim, Outcome
+from tandem.sim.metrics import Slo, compute_percentiles, misses_over_p90
 from tandem.sim.planner import (
     SHORT_STEP_TOKENS,
+    WARMUP_FRACTION,
     Candidate,
     Limits,
     Setup,
@@ -24,6 +25,7 @@ from tandem.sim.planner import (
     _splits,
     _summarize,
     compute_shapes,
+    evaluate,
     generate_arrivals,
     recommend,
 )
@@ -188,3 +190,28 @@ def test_setups_from_specs() -> None:
     assert setup.min_prefill_tokens == 1024
     with pytest.raises(PlanSpecError, match=r"accelerator\.profile"):
         compute_setup(load_inference_cluster(EXAMPLES / "reference-cpu.yaml").spec)
+
+
+@pytest.mark.parametrize("count", [1, 2, 9, 10, 11, 114, 150])
+def test_the_misses_that_decide_a_p90_are_what_the_percentile_says(count: int) -> None:
+    enough = misses_over_p90(count)
+    for misses in range(count + 1):
+        values = [1.0] * (count - misses) + [3.0] * misses
+        assert (compute_percentiles(values).p90 > 2.0) == (misses >= enough)
+
+
+def test_a_run_stops_once_its_misses_decide_and_a_full_run_agrees() -> None:
+    # One TP1 worker at 4 req/s of 32k prompts: twice what it prefills (~0.5 s each).
+    workload = Workload(32768, 64, 4.0, Slo(1.0, 0.05))
+    candidate = Candidate(0, 1, 1, 1)
+    arrivals = generate_arrivals(workload, 60, seed=2)
+    stopped = evaluate(candidate, workload, SETUP, arrivals)
+    assert stopped.stopped is not None and "over the TTFT target" in stopped.stopped
+    assert not stopped.meets
+    # The same run to its end: its judged TTFT p90 is over the target indeed.
+    cutoff = arrivals[-1].arrival * WARMUP_FRACTION
+    outcomes = ClusterSim(SETUP.for_candidate(candidate)).run_open(arrivals)
+    judged = [o.ttft for o in outcomes if o.arrival >= cutoff]
+    assert len(judged) == sum(1 for r in arrivals if r.arrival >= cutoff)
+    assert compute_percentiles(judged).p90 > workload.slo.ttft_p90_s
+    assert stopped.requests < len(judged)  # it stopped before the end
