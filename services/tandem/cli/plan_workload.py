@@ -49,7 +49,10 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
         help="json: one document (tandem.plan/v1, docs/gpu-deployment.md) instead of text",
     )
     group.add_argument(
-        "--requests", type=_positive_int, default=150, help="simulated requests per candidate"
+        "--requests",
+        type=_positive_int,
+        help="simulated requests per candidate (default: enough arrivals to span five "
+        "request lifetimes at the SLO's targets, at least 150)",
     )
 
 

@@ -37,6 +37,11 @@ from tandem.sim.cluster import ClusterSim, Deployment, Outcome, SimRequest
 from tandem.sim.metrics import Percentiles, Slo, compute_percentiles, misses_over_p90
 
 WARMUP_FRACTION = 0.2  # requests arriving in the first 20% of the run are not judged
+# A run's arrivals span at least this many request lifetimes (TTFT plus OSL tokens at the
+# targets), so the warm-up covers one and the judged requests meet a full house: at a
+# high rate 150 requests would all arrive before the first one finishes.
+LIFETIMES = 5
+MIN_REQUESTS = 150
 # Deployments simulated at one GPU count at most, the most efficient shapes first.
 CANDIDATES_PER_COUNT = 6
 # The step budget aggregated shapes are also tried with under a stall bound.
@@ -163,6 +168,12 @@ class Setup:
     def for_candidate(self, candidate: Candidate) -> Deployment:
         shaped = self.shaped(candidate.prefill_tp, candidate.decode_tp, candidate.max_num_tokens)
         return shaped.deployment(candidate.prefill, candidate.decode)
+
+
+def count_requests(workload: Workload) -> int:
+    """Arrivals enough for a steady state: LIFETIMES request lifetimes' worth."""
+    lifetime = workload.slo.ttft_p90_s + (workload.osl - 1) * workload.slo.itl_p90_s
+    return max(MIN_REQUESTS, math.ceil(workload.rate * lifetime * LIFETIMES))
 
 
 def generate_arrivals(workload: Workload, count: int, seed: int) -> list[SimRequest]:
@@ -350,7 +361,7 @@ def recommend(
     setup: Setup,
     limits: Limits,
     *,
-    requests: int = 150,
+    requests: int | None = None,  # None: count_requests(workload)
     seed: int = 1,
     progress: Callable[[Evaluation], None] = lambda _: None,
 ) -> Recommendation:
@@ -364,7 +375,7 @@ def recommend(
     )
     largest = max(limits.sizes)
     most = (limits.max_prefill + limits.max_decode) * largest
-    arrivals = generate_arrivals(workload, requests, seed)
+    arrivals = generate_arrivals(workload, requests or count_requests(workload), seed)
     evaluated: list[Evaluation] = []
     for gpus in range(min(s.fewest_gpus for s in shapes), most + 1):
         fitting = [s for s in shapes if s.fewest_gpus <= gpus]

@@ -15,6 +15,8 @@ from tandem.perf.model import Chunk
 from tandem.sim.cluster import ClusterSim, Outcome
 from tandem.sim.metrics import Slo, compute_percentiles, misses_over_p90
 from tandem.sim.planner import (
+    LIFETIMES,
+    MIN_REQUESTS,
     SHORT_STEP_TOKENS,
     WARMUP_FRACTION,
     Candidate,
@@ -25,6 +27,7 @@ from tandem.sim.planner import (
     _splits,
     _summarize,
     compute_shapes,
+    count_requests,
     evaluate,
     generate_arrivals,
     recommend,
@@ -215,3 +218,11 @@ def test_a_run_stops_once_its_misses_decide_and_a_full_run_agrees() -> None:
     assert len(judged) == sum(1 for r in arrivals if r.arrival >= cutoff)
     assert compute_percentiles(judged).p90 > workload.slo.ttft_p90_s
     assert stopped.requests < len(judged)  # it stopped before the end
+
+
+def test_a_run_spans_request_lifetimes_whatever_the_rate() -> None:
+    # 1k/1k at 6 ms per token: a request lives 0.5 + 999 x 0.006 = 6.5 s.
+    slow, fast = (Workload(1024, 1000, rate, Slo(0.5, 0.006)) for rate in (1.0, 64.0))
+    assert count_requests(slow) == MIN_REQUESTS  # 1 req/s x 6.5 s x 5 = 33: the floor
+    arrivals = generate_arrivals(fast, count_requests(fast), seed=1)
+    assert arrivals[-1].arrival >= LIFETIMES * 6.49 * 0.95  # Poisson: about the span asked
