@@ -1,13 +1,12 @@
-"""The simulator's figures, computed from a run's per-interval log.
+"""Reaction and flapping, computed from a run's per-interval log of decisions (the live
+replay's judge, ``tandem_dev.bench.autoscale_live.judge``, builds the log).
 
 - **reaction**: for each rise in needed replicas, decisions from the load change until
   ``desired`` first reaches the new need (1 = the first decision after the change).
 - **direction changes per 30 intervals of steady load**: the most reversals of
   ``desired`` (up then down, or down then up) in any 30 consecutive decisions that lie
-  in one constant-load stretch, after the first cold start + scale-down window of the
-  stretch (the transient of the change itself is not flapping).
-- **GPU-seconds**: worker time from scheduling (cold start included) to removal,
-  against the oracle's; and time to first token of both runs.
+  in one constant-load stretch, after the stretch's settling time (the transient of the
+  change itself is not flapping).
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tandem.api.v1alpha1 import PoolRole
 from tandem_dev.autoscale_sim.traces import Trace
 
 STEADY_WINDOW_INTERVALS = 30
@@ -97,40 +95,3 @@ def compute_percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
     return ordered[index]
-
-
-@dataclass(frozen=True, slots=True)
-class PoolFigures:
-    role: PoolRole
-    reactions: tuple[int | None, ...]
-    max_steady_flaps: int | None
-    steady_intervals: int
-    direction_changes: int
-    gpu_seconds: float
-    oracle_gpu_seconds: float
-    peak_desired: int
-    peak_needed: int
-
-    @property
-    def gpu_ratio(self) -> float:
-        return self.gpu_seconds / self.oracle_gpu_seconds if self.oracle_gpu_seconds else 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class TraceFigures:
-    trace: Trace
-    pools: dict[PoolRole, PoolFigures]
-    ttft_p50: float
-    ttft_p95: float
-    oracle_ttft_p50: float
-    oracle_ttft_p95: float
-    requests: int
-    completed: int
-
-    @property
-    def gpu_seconds(self) -> float:
-        return sum(p.gpu_seconds for p in self.pools.values())
-
-    @property
-    def oracle_gpu_seconds(self) -> float:
-        return sum(p.oracle_gpu_seconds for p in self.pools.values())

@@ -1,16 +1,16 @@
 """An oracle in users' terms: per trace interval, the fewest replicas per pool under which
 every request of the interval meets its SLO, found offline on the simulated engine.
 
-The old yardstick (``oracle.py``) sized pools to the policy's own signal targets, so a
-policy that matched it could still fail every user. This one knows nothing about the
-policy: it replays each interval's requests (as the trace generated them) through
+A yardstick in the policy's own terms (pools sized to its signal targets, retired) says
+nothing about users: a policy that matched it could still fail every one. This one knows
+nothing about the policy: it replays each interval's requests (as the trace generated them) through
 candidate deployments in virtual time (``tandem.sim.cluster``: the simulated engine's
 scheduler and clock, the router's policy) and keeps the smallest -- fewest GPUs, then
 fewest prefill workers -- whose every request has TTFT and mean ITL within the targets.
 Each interval is judged on its own, starting from idle workers: what a perfectly
 provisioned deployment needs for that interval's load, not counting requests still in
-flight from the one before (the intervals of the standard traces are long against a
-request's lifetime). An interval no candidate within the pools' limits serves is marked
+flight from the one before (the traces' intervals are long against a request's
+lifetime). An interval no candidate within the pools' limits serves is marked
 unattainable (attainment of its best candidate given), and the comparison leaves it out.
 """
 

@@ -1,18 +1,16 @@
-"""Arrival traces for the autoscaling simulator: named load shapes and their requests.
+"""Arrival traces for the autoscaling benchmarks: named load shapes and their requests.
 
 A trace is one or more independent streams; each stream has a request mix (prompt and
 output lengths with weights) and a schedule of (duration, requests per second) phases.
 Arrivals are Poisson within a phase and drawn from a seeded generator, so a trace and
 a seed always give the same requests. ``load_at`` gives the *expected* load at any
-time, which is what the oracle plans with.
+time; the SLO oracle (``slo_oracle``) plans with the arrivals themselves.
 """
 
 from __future__ import annotations
 
 import bisect
-import itertools
 import random
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -59,14 +57,12 @@ class Arrival:
 
 @dataclass(frozen=True, slots=True)
 class LoadLevel:
-    """Expected arrivals at one moment: a rate and the moments of the request mix that
-    queueing and Little's law need (means over requests, weighted by stream rates)."""
+    """Expected arrivals at one moment: a rate and the request mix's mean lengths (over
+    requests, weighted by stream rates)."""
 
     requests_per_second: float = 0.0
     mean_prompt_tokens: float = 0.0
-    mean_prompt_tokens_squared: float = 0.0
     mean_output_tokens: float = 0.0
-    mean_output_times_context: float = 0.0  # E[output x (prompt + output)]
 
     @property
     def prompt_tokens_per_second(self) -> float:
@@ -83,7 +79,7 @@ class Trace:
     def load_at(self, t: float) -> LoadLevel:
         if not 0 <= t < self.duration_seconds:
             return LoadLevel()
-        rate = p1 = p2 = o1 = oc = 0.0
+        rate = p1 = o1 = 0.0
         for stream in self.streams:
             r = stream.rate_at(t)
             if r <= 0:
@@ -93,12 +89,10 @@ class Trace:
                 share = r * shape.weight / total
                 rate += share
                 p1 += share * shape.prompt_tokens
-                p2 += share * shape.prompt_tokens**2
                 o1 += share * shape.output_tokens
-                oc += share * shape.output_tokens * (shape.prompt_tokens + shape.output_tokens)
         if rate <= 0:
             return LoadLevel()
-        return LoadLevel(rate, p1 / rate, p2 / rate, o1 / rate, oc / rate)
+        return LoadLevel(rate, p1 / rate, o1 / rate)
 
     def change_points(self) -> list[float]:
         """Times (after 0, before the end) where the expected load changes."""
@@ -110,47 +104,6 @@ class Trace:
         points = self.change_points()
         i = bisect.bisect_right(points, t)
         return points[i - 1] if i > 0 else 0.0
-
-
-def compute_load_level(arrivals: Sequence[Arrival], seconds: float) -> LoadLevel:
-    """The load ``arrivals`` (all within ``seconds``) actually made."""
-    if not arrivals or seconds <= 0:
-        return LoadLevel()
-    n = len(arrivals)
-    return LoadLevel(
-        requests_per_second=n / seconds,
-        mean_prompt_tokens=sum(a.prompt_tokens for a in arrivals) / n,
-        mean_prompt_tokens_squared=sum(a.prompt_tokens**2 for a in arrivals) / n,
-        mean_output_tokens=sum(a.output_tokens for a in arrivals) / n,
-        mean_output_times_context=sum(
-            a.output_tokens * (a.prompt_tokens + a.output_tokens) for a in arrivals
-        )
-        / n,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class RealizedLoad:
-    """The load each constant-rate stretch of a trace actually got (Poisson arrivals
-    stray from the expected rate, and a short burst can stray far): what an oracle
-    that knows the future plans with."""
-
-    starts: tuple[float, ...]
-    levels: tuple[LoadLevel, ...]
-
-    def at(self, t: float) -> LoadLevel:
-        i = bisect.bisect_right(self.starts, t) - 1
-        return self.levels[i] if 0 <= i < len(self.levels) else LoadLevel()
-
-
-def compute_realized_load(trace: Trace, arrivals: Sequence[Arrival]) -> RealizedLoad:
-    edges = [0.0, *trace.change_points(), trace.duration_seconds]
-    times = [a.at for a in arrivals]
-    levels = []
-    for start, end in itertools.pairwise(edges):
-        lo, hi = bisect.bisect_left(times, start), bisect.bisect_left(times, end)
-        levels.append(compute_load_level(arrivals[lo:hi], end - start))
-    return RealizedLoad(tuple(edges[:-1]), tuple(levels))
 
 
 def generate_arrivals(trace: Trace, seed: int) -> list[Arrival]:
@@ -171,63 +124,3 @@ def generate_arrivals(trace: Trace, seed: int) -> list[Arrival]:
             start = end
     arrivals.sort(key=lambda a: a.at)
     return arrivals
-
-
-# --------------------------------------------------------------------------- standard
-
-
-CHAT_MIX = (
-    RequestShape(1024, 128, 3),
-    RequestShape(2048, 256, 3),
-    RequestShape(4096, 256, 2.5),
-    RequestShape(8192, 512, 1.5),
-)
-SHORT_MIX = (RequestShape(1024, 256),)
-LONG_MIX = (RequestShape(32768, 256),)
-
-
-def _repeat(pattern: Sequence[Phase], times: int) -> tuple[Phase, ...]:
-    return tuple(pattern) * times
-
-
-def build_standard_traces(scale: float = 1.0) -> list[Trace]:
-    """The standard traces: two steady ones (flapping), on/off and long-prompt bursts
-    (reaction, cost) and a staircase ramp (tracking). ``scale`` multiplies every rate."""
-    steady = Trace(
-        "steady",
-        "Constant Poisson load, mixed 1k-8k prompts, 20 minutes",
-        1200,
-        (Stream(CHAT_MIX, (Phase(1200, 60 * scale),)),),
-    )
-    bursty = Trace(
-        "bursty",
-        "On/off: 2 minutes of load, 3 minutes of silence, four times",
-        1200,
-        (Stream(CHAT_MIX, _repeat((Phase(120, 60 * scale), Phase(180, 0)), 4)),),
-    )
-    steady_long = Trace(
-        "steady-long-prompts",
-        "Constant load of 32k-token prompts (5/s) over 1k-token background (20/s), 20 minutes",
-        1200,
-        (
-            Stream(SHORT_MIX, (Phase(1200, 20 * scale),)),
-            Stream(LONG_MIX, (Phase(1200, 5 * scale),)),
-        ),
-    )
-    steps = [Phase(90, r * scale) for r in (10, 20, 30, 40, 50, 60, 70, 80)]
-    ramp = Trace(
-        "ramp",
-        "Staircase up from 10 to 80 req/s in 90 s steps, then back down",
-        1440,
-        (Stream(CHAT_MIX, (*steps, *reversed(steps))),),
-    )
-    long_bursts = Trace(
-        "long-prompt-bursts",
-        "1k-token background plus 90 s bursts of 32k-token prompts every 5 minutes",
-        1200,
-        (
-            Stream(SHORT_MIX, (Phase(1200, 20 * scale),)),
-            Stream(LONG_MIX, _repeat((Phase(60, 0), Phase(90, 5 * scale), Phase(150, 0)), 4)),
-        ),
-    )
-    return [steady, steady_long, bursty, ramp, long_bursts]

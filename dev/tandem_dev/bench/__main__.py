@@ -2,8 +2,9 @@
 
 Each section is a module with a ``main()`` that prints a markdown table of ratios measured
 side by side in the same run (NIXL vs memcpy, TCP vs NIXL, batched vs one-by-one engine
-steps, policy vs oracle, operator vs a no-operator baseline). Running them as separate
-processes keeps one benchmark's threads, UCX state and memory from skewing the next.
+steps, the live autoscaler vs an SLO oracle, operator vs a no-operator baseline). Running
+them as separate processes keeps one benchmark's threads, UCX state and memory from
+skewing the next.
 Nothing here is a pass/fail test.
 """
 
@@ -140,14 +141,6 @@ SECTIONS = (
         "workers at three prefill chunk sizes, and aiperf through the real stack at three "
         "of the points.",
         1800,
-    ),
-    Section(
-        "autoscale",
-        "Autoscaling policy vs an oracle (simulator)",
-        "tandem_dev.bench.autoscale",
-        "Arrival traces replayed through the real policy and a pool model; reaction time, "
-        "direction changes and GPU-seconds against an oracle that knows future load.",
-        600,
     ),
     Section(
         "autoscale-live",

@@ -8,8 +8,8 @@ Callers (the operator's autoscaler loop, ``tandem up``) use four names:
 - :func:`choose_victims` / :func:`compute_pod_deletion_costs` - who leaves on a
   scale-down.
 
-See docs/autoscaling.md for the signals and the knobs; the simulator that judges the
-policy is development code (``tandem_dev.autoscale_sim``).
+See docs/autoscaling.md for the signals and the knobs; the replay that judges the policy
+against an SLO oracle is development code (``tandem_dev.bench.autoscale_live``).
 """
 
 from tandem.autoscale.config import ScalingConfig, compute_scaling_config

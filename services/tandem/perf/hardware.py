@@ -1,7 +1,9 @@
 """Datasheet performance of each accelerator profile: what the simulated clock runs on.
 
 Per GPU, dense (no sparsity), from NVIDIA's public datasheets (collected in
-``shared/notes/stack-facts.md``, Dec 2026):
+``shared/notes/stack-facts.md``, Dec 2026; the link rates the calibration derives from:
+https://www.nvidia.com/en-us/data-center/gb200-nvl72/ and
+https://docs.nvidia.com/dgx/dgxb200-user-guide/introduction-to-dgxb200.html):
 
 * GB200 (NVL72): HBM3e 8 TB/s; FP8 5 PFLOPS, BF16 2.5 PFLOPS; NVLink 5 at 1.8 TB/s per
   GPU (both directions, so 900 GB/s each way) reaches every GPU of the 72-GPU domain,
@@ -42,8 +44,9 @@ class KvLink:
 
     kind: LinkKind
     bytes_per_second: float  # one direction, per GPU
-    # Fraction of the line rate a large transfer reaches: the notes' anchors (1.21 GB in
-    # ~28 ms over one 400G NIC "at 85%", ~1.4 ms over NVLink 5).
+    # Fraction of the line rate a large transfer reaches: assumed (85% RDMA, 95% NVLink),
+    # not published; docs/simulated-engine.md ("Calibration") sets the resulting times
+    # against the line rates of the datasheets.
     efficiency: float
     latency_s: float  # per transfer: the handshake and the first descriptor
 

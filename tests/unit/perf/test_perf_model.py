@@ -1,5 +1,5 @@
 """The analytic clock against cases worked out by hand (toy numbers chosen so each term
-is easy to follow), and the KV anchors of the notes for gpt-oss-120b."""
+is easy to follow), and gpt-oss-120b's KV transfers worked out by hand."""
 
 from __future__ import annotations
 
@@ -131,13 +131,13 @@ def test_prefill_alone_is_the_sum_of_its_chunks() -> None:
     )
 
 
-def test_kv_transfer_toy_and_the_published_gpt_oss_anchors() -> None:
+def test_kv_transfer_toy_and_gpt_oss_at_the_modelled_link_efficiency() -> None:
     # 6 tokens: 400 bytes over 50 x 0.5 B/s plus 0.1 s latency.
     assert compute_kv_transfer_seconds(toy(), 6) == pytest.approx(16.1)
-    # gpt-oss-120b, 32,768 tokens in bf16 = 1,212,678,144 bytes (stack notes):
-    # one 400 Gb/s rail at 85%: 1,212,678,144 / 42.5e9 + 50 us = 28.58 ms (notes: ~28);
-    # NVLink 5 at 95% of 900 GB/s: / 855e9 + 10 us = 1.43 ms (notes: ~1.4);
-    # TP8 on B200, 8 rails: 1/8 of the bytes each: 3.62 ms (notes: ~3).
+    # gpt-oss-120b, 32,768 tokens in bf16 = 1,212,678,144 bytes:
+    # one 400 Gb/s rail at 85%: 1,212,678,144 / 42.5e9 + 50 us = 28.58 ms;
+    # NVLink 5 at 95% of 900 GB/s: / 855e9 + 10 us = 1.43 ms;
+    # TP8 on B200, 8 rails: 1/8 of the bytes each: 3.62 ms.
     b200 = PerfModel(GPT_OSS_120B, performance_for(AcceleratorProfile.B200))
     gb200 = PerfModel(GPT_OSS_120B, performance_for(AcceleratorProfile.GB200))
     tp8 = PerfModel(GPT_OSS_120B, performance_for(AcceleratorProfile.B200), 8)

@@ -1,12 +1,13 @@
-"""The live replay's traces (pure): four shapes of the standard set, sized for the real
-stack on a small machine.
+"""The live replay's traces (pure): four load shapes, sized for the real stack on a small
+machine.
 
 The prefill pool carries the load: 32k-token prompts at a few per second need several
-GB200 prefill workers (one prefills a 32k prompt in ~0.3 modelled s), while each
+GB200 prefill workers (one prefills a 32k prompt in 0.3 modelled s on the analytic clock,
+0.4 s on the measured one), while each
 request's 64 output tokens keep the decode pool's streamed tokens within what a 2-core
-machine's event loops deliver on time. The decode pool's scaling is exercised by the
-simulator's traces (``tandem_dev.bench.autoscale``); its tokens/s are beyond this machine in
-real time.
+machine's event loops deliver on time. The decode pool's scaling is barely exercised
+here (1-2 workers): a second decode worker's tokens/s are beyond this machine in real
+time.
 """
 
 from __future__ import annotations
