@@ -104,8 +104,18 @@ $(AIPERF_STAMP):
 	$(AIPERF_VENV)/bin/pip install -q aiperf==0.13.0
 	touch $(AIPERF_STAMP)
 
+# NVIDIA's AIConfigurator, the planner benchmark's side-by-side baseline, in its own venv
+# (~860 MB: pandas, pyarrow, plotting); pinned to the version whose data Tandem's clock reads.
+AIC_VENV  := .bench/aiconfigurator
+AIC_STAMP := $(AIC_VENV)/.installed
+$(AIC_STAMP):
+	test -x $(AIC_VENV)/bin/python || $(PYTHON) -m venv $(AIC_VENV)
+	$(AIC_VENV)/bin/pip install -q -U pip
+	$(AIC_VENV)/bin/pip install -q aiconfigurator==0.12.0
+	touch $(AIC_STAMP)
+
 # BENCH_ARGS="--only frontend-tokenizer" re-measures some sections and keeps the others.
-bench: $(STAMP) $(DYNAMO_STAMP) $(AIPERF_STAMP) cluster-build
+bench: $(STAMP) $(DYNAMO_STAMP) $(AIPERF_STAMP) $(AIC_STAMP) cluster-build
 	$(BIN)/python -m tandem_dev.bench --write docs/benchmarks.md $(BENCH_ARGS)
 
 # 10 minutes at twice capacity on `tandem up` (also a section of `make bench`); its

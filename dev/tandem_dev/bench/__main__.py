@@ -143,6 +143,20 @@ SECTIONS = (
         1800,
     ),
     Section(
+        "planners",
+        "tandem plan vs NVIDIA AIConfigurator: 108 cells, each judged by both",
+        "tandem_dev.bench.planners",
+        "gpt-oss-120b and gpt-oss-20b on GB200, B200 and H200 at ISL/OSL 1k/1k, 8k/1k and "
+        "32k/1k, TPOT 6, 10 and 20 ms (TTFT 0.5, 1 and 2 s by ISL), two request rates each: "
+        "`tandem plan`'s pick and AIConfigurator 0.12.0's (`cli recommend`, measured data "
+        "only, in its own venv), each judged by the other tool too (AIConfigurator's "
+        "estimator at the batch that carries the rate; Tandem's simulated cluster under "
+        "Poisson arrivals). At 32k: each pick's longest gap between tokens, the fewest GPUs "
+        "under a 30 ms bound, both tools' Pareto curves and disaggregation's largest gain "
+        "in tokens/s/user at equal tokens/s/GPU.",
+        7200,
+    ),
+    Section(
         "autoscale-live",
         "Autoscaler in the real loop vs the SLO oracle (simulated GB200)",
         "tandem_dev.bench.autoscale_live",

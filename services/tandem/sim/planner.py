@@ -187,14 +187,21 @@ def generate_arrivals(workload: Workload, count: int, seed: int) -> list[SimRequ
 
 
 def evaluate(
-    candidate: Candidate, workload: Workload, setup: Setup, arrivals: Sequence[SimRequest]
+    candidate: Candidate,
+    workload: Workload,
+    setup: Setup,
+    arrivals: Sequence[SimRequest],
+    *,
+    stop_early: bool = True,  # False: run to the end whatever, for every figure
 ) -> Evaluation:
     deployment = setup.for_candidate(candidate)
     # Stop judging a hopeless deployment once the run lasts far past its arrivals.
     horizon = arrivals[-1].arrival * 3 + 60.0
     cutoff = arrivals[-1].arrival * WARMUP_FRACTION
     watch = MissWatch(workload, cutoff, sum(1 for r in arrivals if r.arrival >= cutoff))
-    outcomes = ClusterSim(deployment).run_open(arrivals, until=horizon, watch=watch)
+    outcomes = ClusterSim(deployment).run_open(
+        arrivals, until=horizon, watch=watch if stop_early else None
+    )
     judged = [o for o in outcomes if o.arrival >= cutoff]
     unfinished = len(arrivals) - len(outcomes)
     return _summarize(candidate, workload, judged, unfinished, watch.verdict)
