@@ -16,8 +16,9 @@ from typing import Any
 
 import pydantic
 
-from tandem.api.v1alpha1 import InferenceCluster, PoolRole, WorkerPoolStatus
+from tandem.api.v1alpha1 import InferenceCluster, PlanningMode, PoolRole, WorkerPoolStatus
 from tandem.security.pki import Issued, issue
+from tandem.sim.planned_spec import apply_cluster_plan
 from tandem_operator import metrics, names, reasons
 from tandem_operator.kube.client import (
     BY_KIND,
@@ -31,6 +32,7 @@ from tandem_operator.kube.client import (
 )
 from tandem_operator.kube.diff import contains, first_difference, needs_apply, owns_field
 from tandem_operator.kube.informer import Caches, Key, Store
+from tandem_operator.planning.service import PlanService
 from tandem_operator.render.children import (
     PoolHandle,
     render_cluster_children,
@@ -58,6 +60,7 @@ from tandem_operator.status.observe import (
     Failure,
     InvalidObject,
     Observed,
+    PlanObservation,
     PodObservation,
     PoolObservation,
     observe_pod,
@@ -105,6 +108,7 @@ class Reconciler:
         identity: str,
         now: Callable[[], datetime],
         amend_status: Callable[[InferenceCluster, StatusResult], StatusResult] | None = None,
+        plans: PlanService | None = None,
         credential_propagation: timedelta = DEFAULT_PROPAGATION,
         issue_credentials: Callable[[str, datetime], Issued] = issue,
     ) -> None:
@@ -119,6 +123,8 @@ class Reconciler:
         self._now = now
         # The autoscaler's ScalingLimited condition joins the status written here.
         self._amend_status = amend_status
+        # None: specs asking for planning are rendered as written, with no SloPredicted.
+        self._plans = plans
 
     # ------------------------------------------------------------------ entry point
 
@@ -136,11 +142,14 @@ class Reconciler:
             return None  # nothing to do until the object changes
         requeue: float | None = None
         pools: dict[PoolRole, Manifest] = {}
+        plan = self._look_up_plan(key, cr)
+        # What is rendered: under planning.mode auto the planned shape (spec -> plan -> render).
+        shaped = apply_cluster_plan(cr, plan.effective if plan is not None else None)
         # A spec that cannot render or fit its GPUs is not applied at all (capacity_gate).
-        failure: Failure | None = check_rollout(cr)
+        failure: Failure | None = check_rollout(shaped)
         try:
             if failure is None:
-                pools, requeue = await self._apply_all(cr, obj)
+                pools, requeue = await self._apply_all(shaped, obj)
         except KindNotServed as exc:
             reason = _MISSING_KIND_REASONS.get(exc.kind, reasons.APPLY_FAILED)
             failure = Failure(reason, _missing_kind_message(exc))
@@ -150,13 +159,22 @@ class Reconciler:
                 raise  # transient: the queue retries with backoff
             failure = Failure(reasons.APPLY_FAILED, f"{exc.status} {exc.reason}: {exc.message}")
             requeue = REQUEUE_APPLY_FAILED_SECONDS
-        result = compute_status(cr, self._observe(cr, obj, pools, failure), _rfc3339(self._now()))
+        observed = self._observe(shaped, obj, pools, failure, plan)
+        result = compute_status(shaped, observed, _rfc3339(self._now()))
         if self._amend_status is not None:
-            result = self._amend_status(cr, result)
+            result = self._amend_status(shaped, result)
         await self._write_status(cr, obj, result)
         _record_pool_replicas(key, result)
         await self._emit(cr, result.events)
         return requeue
+
+    def _look_up_plan(self, key: Key, cr: InferenceCluster) -> PlanObservation | None:
+        """The plan for planning modes check and auto; never waits for one (a plan still
+        being made enqueues the cluster once it is ready)."""
+        if self._plans is None or cr.spec.planning.mode is PlanningMode.OFF:
+            return None
+        previous = cr.status.plan if cr.status else None
+        return PlanObservation(self._plans.lookup(key, cr.spec, previous), previous)
 
     # ------------------------------------------------------------------ apply
 
@@ -309,6 +327,7 @@ class Reconciler:
         obj: Manifest,
         applied_pools: dict[PoolRole, Manifest],
         failure: Failure | None,
+        plan: PlanObservation | None,
     ) -> Observed:
         namespace = cr.metadata.namespace or "default"
         cluster = cr.metadata.name
@@ -337,6 +356,7 @@ class Reconciler:
             frontend_pods=self._pods(namespace, cluster, names.FRONTEND),
             failure=failure,
             nvlink=self._nvlink(cr, pools.values()),
+            plan=plan,
         )
 
     def _nvlink(

@@ -27,6 +27,8 @@ from tandem_operator.kube.health import HealthState, start_server
 from tandem_operator.kube.informer import Caches, Informer, Key, key_of
 from tandem_operator.kube.leader import LeaderElector
 from tandem_operator.kube.workqueue import WorkQueue
+from tandem_operator.planning.runner import DEFAULT_TIMEOUT_SECONDS, ProcessPlanner
+from tandem_operator.planning.service import PlanService
 from tandem_operator.problems import RecurringProblem
 from tandem_operator.render.credentials import DEFAULT_PROPAGATION, requested_rotation
 from tandem_operator.render.placement import NVLINK_DOMAIN_LABEL
@@ -88,6 +90,8 @@ class OperatorOptions:
     # How long each phase of a credentials rotation waits for every pod's Secret mount
     # to catch up (kubelet's sync period plus its cache TTL, with room to spare).
     credential_propagation: timedelta = DEFAULT_PROPAGATION
+    # planning.mode check/auto: a plan running longer is killed and reported.
+    plan_timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
 
 
 def _generation_changed(old: Manifest | None, new: Manifest | None) -> bool:
@@ -181,6 +185,9 @@ class Controller:
             enqueue=self.queue.add,
             now=lambda: datetime.now(UTC),
         )
+        self.plans = PlanService(
+            ProcessPlanner(timeout_s=options.plan_timeout_seconds), enqueue=self.queue.add
+        )
         self.reconciler = Reconciler(
             client,
             caches,
@@ -188,6 +195,7 @@ class Controller:
             identity=options.identity,
             now=lambda: datetime.now(UTC),
             amend_status=self.autoscaler.amend_status,
+            plans=self.plans,
             credential_propagation=options.credential_propagation,
         )
 
@@ -284,6 +292,7 @@ class Controller:
                     tasks.create_task(self._work())
                 tasks.create_task(self._resync())
                 tasks.create_task(self.autoscaler.run())
+                tasks.create_task(self.plans.run())
         finally:
             self.queue.close()
 

@@ -28,6 +28,15 @@ NO_METRICS_SOURCE = "NoMetricsSource"
 NO_READY_FRONTEND = "NoReadyFrontend"
 METRICS_UNAVAILABLE = "MetricsUnavailable"
 
+# planning.mode check or auto: does the deployed (check) or planned (auto) shape meet
+# spec.slo at spec.workload's highest rate, as the planner predicts? Informational: never
+# blocks Ready.
+SLO_PREDICTED = "SloPredicted"
+SLO_MET = "SloMet"  # True
+SLO_MISSED = "SloMissed"  # False: the message names each percentile over its target
+PLANNING = "Planning"  # Unknown: the plan for the current spec is being made
+PLANNING_FAILED = "PlanningFailed"  # Unknown: no plan (cannot plan the spec, or gave up)
+
 # Ready=True
 CLUSTER_READY = "ClusterReady"  # every pool and the frontend have all desired replicas ready
 POOL_READY = "PoolReady"
@@ -74,3 +83,4 @@ EVENT_READY = "Ready"
 EVENT_NOT_READY = "NotReady"
 EVENT_RECOVERED = "Recovered"
 EVENT_POOL_RESIZED = "PoolResized"
+EVENT_PLANNED = "Planned"  # a new plan that meets the SLO (else its SloPredicted reason)

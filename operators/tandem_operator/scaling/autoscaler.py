@@ -52,6 +52,7 @@ from tandem.autoscale import (
 )
 from tandem.autoscale.early import POLL_SECONDS, may_decide_early, prompts_diverted_since
 from tandem.autoscale.exposition import SampleWindow
+from tandem.sim.planned_spec import apply_cluster_plan
 from tandem_operator import metrics, names, reasons
 from tandem_operator.kube.client import EVENTS, PODS, WORKER_POOLS, ApiError, KubeClient, NotFound
 from tandem_operator.kube.informer import Caches, Key
@@ -192,6 +193,8 @@ class Autoscaler:
                 cr = parse_cluster(obj)
             except InvalidObject:  # the reconciler reports it
                 return
+            # planning.mode auto: the planned bounds and targets, as the reconciler renders.
+            cr = apply_cluster_plan(cr, cr.status.plan if cr.status else None)
             if not autoscaler_runs(cr):
                 return
             started = self._clock()

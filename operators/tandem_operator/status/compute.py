@@ -11,6 +11,9 @@ The rules, in the order a user relies on them:
 - **Progressing** is True while a rollout or a scale is in flight. When the latest spec
   was not applied (``observed.failure``), nothing of it is in flight: only workloads that
   exist can be progressing, and otherwise Progressing is False with the failure's reason.
+- **SloPredicted** (``planning.mode`` check or auto) says whether the planner predicts
+  ``spec.slo`` to hold, naming each percentile that misses; Unknown while planning or
+  when no plan could be made (``status/slo.py``). Informational; it never blocks Ready.
 - **NVLinkLocal** (profiles with NVLink domains, GB200) is True when every scheduled
   worker of the cluster sits in one NVLink domain and False
   (``SplitAcrossNVLinkDomains``) when they span several: KV between domains moves over
@@ -47,6 +50,7 @@ from tandem_operator.status.observe import (
     PoolObservation,
     WorkloadObservation,
 )
+from tandem_operator.status.slo import compute_plan_event, compute_slo_condition
 
 # Most actionable first: when several pods fail differently, the status names this one.
 PROBLEM_PRIORITY: tuple[str, ...] = (
@@ -140,7 +144,7 @@ def _assess(
 
 def _condition(
     kind: str,
-    status: bool,
+    status: bool | str,  # a bool, or "Unknown"
     reason: str,
     message: str,
     *,
@@ -148,7 +152,7 @@ def _condition(
     generation: int,
     now: str,
 ) -> Condition:
-    value = "True" if status else "False"
+    value = status if isinstance(status, str) else ("True" if status else "False")
     before = next((c for c in previous if c.type == kind), None)
     since = before.last_transition_time if before and before.status == value else now
     return Condition(
@@ -289,6 +293,19 @@ def compute_status(cr: InferenceCluster, observed: Observed, now: str) -> Status
     ]
     if observed.nvlink is not None:
         conditions.append(_nvlink_condition(observed.nvlink, previous, generation, now))
+    if observed.plan is not None:
+        slo, slo_reason, slo_message = compute_slo_condition(cr.spec, observed.plan)
+        conditions.append(
+            _condition(
+                reasons.SLO_PREDICTED,
+                slo,
+                slo_reason,
+                slo_message,
+                previous=previous,
+                generation=generation,
+                now=now,
+            )
+        )
 
     def pool_status(role: PoolRole) -> PoolStatus:
         part = pool_parts.get(role)
@@ -307,6 +324,7 @@ def compute_status(cr: InferenceCluster, observed: Observed, now: str) -> Status
             prefill=pool_status(PoolRole.PREFILL), decode=pool_status(PoolRole.DECODE)
         ),
         endpoint=names.endpoint(cr.metadata.name, namespace, cr.spec.frontend.port),
+        plan=observed.plan.effective if observed.plan is not None else None,
     )
     pools = {
         role: _pool_status(cr, observed.pools[role], part, now) for role, part in pool_parts.items()
@@ -394,6 +412,9 @@ def _events(
         and (old_nvlink is None or old_nvlink.reason != new_nvlink.reason)
     ):
         events.append(EventRecord("Warning", new_nvlink.reason, new_nvlink.message))
+    plan_event = compute_plan_event(before.plan, after.plan)
+    if plan_event is not None:
+        events.append(EventRecord(*plan_event))
     if before.conditions:  # a first status is not a resize
         for role in PoolRole:
             old = getattr(before.pools, role.value).desired

@@ -13,7 +13,7 @@ from typing import Any
 
 import pydantic
 
-from tandem.api.v1alpha1 import InferenceCluster, PoolRole, WorkerPoolStatus
+from tandem.api.v1alpha1 import InferenceCluster, PlanStatus, PoolRole, WorkerPoolStatus
 from tandem_operator import reasons
 from tandem_operator.render.placement import NvlinkPlacement
 
@@ -69,6 +69,21 @@ class Failure:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanObservation:
+    """The plan for the spec as it is (None while it is being made), and the one in
+    status from before."""
+
+    current: PlanStatus | None
+    previous: PlanStatus | None
+
+    @property
+    def effective(self) -> PlanStatus | None:
+        """What status shows and auto renders: a plan being remade keeps the last one
+        (rolling to the hand-written shape and back would cost two rollouts)."""
+        return self.current or self.previous
+
+
+@dataclass(frozen=True, slots=True)
 class Observed:
     generation: int
     pools: Mapping[PoolRole, PoolObservation] = field(default_factory=dict)
@@ -78,6 +93,8 @@ class Observed:
     failure: Failure | None = None
     # NVLink domains of the scheduled workers (profiles with NVLink domains only).
     nvlink: NvlinkPlacement | None = None
+    # Planning modes check and auto only.
+    plan: PlanObservation | None = None
 
 
 def _int(value: Any) -> int:

@@ -104,10 +104,12 @@ def to_structural(node: Schema, defs: dict[str, Schema], *, in_status: bool = Fa
             for name, sub in props.items():
                 child = to_structural(sub, defs, in_status=in_status)
                 # Optional sub-objects default to {} so their own field defaults (and the
-                # CEL rules that read them) apply even when the author left them out.
+                # CEL rules that read them) apply even when the author left them out; not
+                # those whose absence means something (``X | None = None``: spec.slo).
                 if (
                     not in_status
                     and name not in required
+                    and sub.get("default", "unset") is not None
                     and child.get("type") == "object"
                     and "properties" in child
                     and "default" not in child
@@ -211,6 +213,9 @@ def render_inference_cluster_crd() -> dict[str, Any]:
                             "type": "integer",
                             "jsonPath": ".status.pools.decode.ready",
                         },
+                        # planning.mode check/auto: the planned or checked shape.
+                        _column("Plan", "string", ".status.plan.shape"),
+                        _condition_column("SLO", "SloPredicted"),
                         _column("Endpoint", "string", ".status.endpoint"),
                         _column("Age", "date", ".metadata.creationTimestamp"),
                     ],

@@ -73,6 +73,18 @@ class PoolRole(enum.StrEnum):
     DECODE = "decode"
 
 
+class PlanningMode(enum.StrEnum):
+    OFF = "off"  # the hand-written shape, no prediction
+    CHECK = "check"  # predict the hand-written shape against the SLO, change nothing
+    AUTO = "auto"  # plan the shape for the SLO and workload, and deploy it
+
+
+class PlanOutcome(enum.StrEnum):
+    MET = "met"  # auto: a deployment meets the SLO; check: the spec's shape does
+    MISSED = "missed"  # auto: none within the spec's limits does; check: the shape misses
+    FAILED = "failed"  # no answer: the spec cannot be planned, or planning gave up
+
+
 # --------------------------------------------------------------------------- spec parts
 
 
@@ -389,6 +401,87 @@ class AutoscalingSpec(ApiModel):
     decode: DecodeScalingSpec = Field(default_factory=DecodeScalingSpec)
 
 
+class SloSpec(ApiModel):
+    """The latency users are promised, as 90th percentiles over requests."""
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            "!has(self.longestGapP90Seconds) || self.longestGapP90Seconds >= self.itlP90Seconds",
+            "longestGapP90Seconds must be at least itlP90Seconds: a stream's longest gap "
+            "between two tokens is never shorter than its mean",
+            ".longestGapP90Seconds",
+        ),
+    )
+
+    ttft_p90_seconds: float = Field(
+        gt=0, le=3600, description="Time to first token, p90 over requests, in seconds."
+    )
+    itl_p90_seconds: float = Field(
+        gt=0,
+        le=60,
+        description="Each request's mean inter-token latency, p90 over requests, in seconds "
+        "(0.01 is 100 tokens/s per stream).",
+    )
+    longest_gap_p90_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=3600,
+        description="Each stream's longest wait between two tokens, p90 over requests, in "
+        "seconds: bounds the stalls a mean ITL hides (another prompt's prefill chunk on the "
+        "same worker). Unset: unbounded.",
+    )
+
+
+class RequestRateSpec(ApiModel):
+    """The range of request rates the deployment must serve."""
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule("self.min <= self.max", "min must not exceed max", ".min"),
+    )
+
+    min: float = Field(default=0, ge=0, le=1_000_000, description="Requests per second, low.")
+    max: float = Field(
+        gt=0,
+        le=1_000_000,
+        description="Requests per second, high: the rate the plan is sized for (the "
+        "autoscaler, when enabled, shrinks the pools below it).",
+    )
+
+
+class WorkloadSpec(ApiModel):
+    """The traffic the deployment is planned for."""
+
+    isl: int = Field(
+        ge=1, le=1_048_576, description="Typical prompt length (input sequence length), tokens."
+    )
+    osl: int = Field(
+        ge=1, le=1_048_576, description="Typical answer length (output sequence length), tokens."
+    )
+    requests_per_second: RequestRateSpec
+    prefix_reuse_fraction: float = Field(
+        default=0,
+        ge=0,
+        le=1,
+        description="Share of prompt tokens already cached from earlier requests (shared "
+        "system prompts, multi-turn chat). Stored and validated; the planner does not use it "
+        "yet and plans as if no prefix were reused (conservative).",
+    )
+
+
+class PlanningSpec(ApiModel):
+    """Whether the operator plans the pools' shape from spec.slo and spec.workload."""
+
+    mode: PlanningMode = Field(
+        default=PlanningMode.OFF,
+        description="off: the hand-written shape, no prediction. check: predict the "
+        "hand-written shape's latency for the workload and report a miss (condition "
+        "SloPredicted), changing nothing. auto: deploy the shape that meets the SLO on the "
+        "fewest GPUs (replicas, tensor parallelism, max_num_tokens and, under autoscaling, "
+        "its targets) instead of the hand-written one. check and auto need spec.slo and "
+        "spec.workload; the plan is in status.plan.",
+    )
+
+
 class DecodePoolSpec(PoolSpec):
     """The decode pool: like any pool, but never empty (someone must stream tokens)."""
 
@@ -440,6 +533,23 @@ class InferenceClusterSpec(ApiModel):
             ".accelerator.profile",
         ),
         CelRule(
+            "self.planning.mode == 'off' || has(self.slo)",
+            "planning.mode check and auto need an SLO: set slo",
+            ".slo",
+        ),
+        CelRule(
+            "self.planning.mode == 'off' || has(self.workload)",
+            "planning.mode check and auto need a workload: set workload",
+            ".workload",
+        ),
+        CelRule(
+            "self.planning.mode == 'off' || "
+            "(self.engine.kind != 'reference' && self.accelerator.profile != 'cpu')",
+            "planning needs measured GPU step times: the trtllm or simulated engine on a GPU "
+            "profile (the reference engine on CPUs cannot be planned yet)",
+            ".planning.mode",
+        ),
+        CelRule(
             "self.engine.kind == 'reference' || (has(self.model.tokenizer) ? "
             "self.model.tokenizer == 'harmony' : !(has(self.model.source) && "
             "self.model.source.endsWith('.gguf')) && self.model.name.contains('gpt-oss'))",
@@ -456,6 +566,11 @@ class InferenceClusterSpec(ApiModel):
     decode: DecodePoolSpec = Field(default_factory=DecodePoolSpec, description="The decode pool.")
     kv_transfer: KvTransferSpec = Field(default_factory=KvTransferSpec)
     autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec)
+    slo: SloSpec | None = Field(default=None, description="Latency targets (planning).")
+    workload: WorkloadSpec | None = Field(
+        default=None, description="The traffic to plan for (planning)."
+    )
+    planning: PlanningSpec = Field(default_factory=PlanningSpec)
 
 
 # --------------------------------------------------------------------------- status
@@ -494,11 +609,69 @@ class InferenceClusterPools(ApiModel):
     decode: PoolStatus = Field(default_factory=PoolStatus)
 
 
+class PlannedPool(ApiModel):
+    """One pool as planned."""
+
+    workers: int
+    tensor_parallel_size: int
+    max_num_tokens: int | None = Field(
+        default=None, description="The step budget the plan sets; unset: the spec's."
+    )
+
+
+class PredictedLatency(ApiModel):
+    """The simulated deployment's latency at the workload's highest rate (p90s, seconds)."""
+
+    ttft_p90_seconds: float
+    itl_p90_seconds: float
+    longest_gap_p90_seconds: float
+
+
+class PlannedTargets(ApiModel):
+    """Autoscaling targets that hold the planned per-worker load (auto, autoscaling on)."""
+
+    prefill_tokens_per_second_per_replica: int | None = None
+    decode_active_sequences_per_replica: int
+    max_prefill_wait_seconds: float | None = None
+
+
+class PlanStatus(ApiModel):
+    """What the planner made of spec.slo and spec.workload (planning.mode check or auto)."""
+
+    spec_hash: str = Field(description="Hash of the spec fields the plan was made from.")
+    mode: PlanningMode
+    shape: str | None = Field(
+        default=None,
+        description="The planned (auto) or checked (check) shape: 1P(TP2)+3D(TP1) is one "
+        "prefill worker of TP2 and three decode workers of TP1, 3(TP1) agg three aggregated "
+        "workers of TP1; unset when there is no plan.",
+    )
+    layout: str | None = Field(default=None, description="aggregated or disaggregated.")
+    prefill: PlannedPool | None = Field(default=None, description="Unset when aggregated.")
+    decode: PlannedPool | None = None
+    gpus: int | None = None
+    outcome: PlanOutcome
+    requests_per_second: float | None = Field(
+        default=None, description="The rate the prediction is for (workload's max)."
+    )
+    predicted: PredictedLatency | None = None
+    tokens_per_second_per_gpu: float | None = None
+    autoscaling: PlannedTargets | None = None
+    clock_sources: list[str] = Field(
+        default_factory=list,
+        description="Where the step times came from (measured tables or the analytic model).",
+    )
+    message: str = Field(default="", description="The plan in words, or why there is none.")
+
+
 class InferenceClusterStatus(ApiModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
     pools: InferenceClusterPools = Field(default_factory=InferenceClusterPools)
     endpoint: str | None = Field(default=None, description="In-cluster URL of the frontend.")
+    plan: PlanStatus | None = Field(
+        default=None, description="The latest plan (spec.planning.mode check or auto)."
+    )
 
 
 class WorkerPoolSpec(ApiModel):

@@ -93,9 +93,10 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: --frontend-metrics-url: {exc}", file=sys.stderr)
         return 2
-    if args.credential_propagation_seconds <= 0:
-        print("error: --credential-propagation-seconds must be positive", file=sys.stderr)
-        return 2
+    for flag in ("credential_propagation_seconds", "plan_timeout_seconds"):
+        if getattr(args, flag) <= 0:
+            print(f"error: --{flag.replace('_', '-')} must be positive", file=sys.stderr)
+            return 2
     in_cluster = args.kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ
     kwargs: dict[str, Any] = {}
     if args.identity:
@@ -111,6 +112,7 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
         settings=settings,
         frontend_metrics_urls=metrics_urls,
         credential_propagation=timedelta(seconds=args.credential_propagation_seconds),
+        plan_timeout_seconds=args.plan_timeout_seconds,
         **kwargs,
     )
 
@@ -240,6 +242,13 @@ def register(subparsers: Any) -> None:
         default=150.0,
         help="how long each phase of a credentials rotation waits for every pod's mounted "
         "Secret to update (kubelet sync period plus cache TTL, with room to spare)",
+    )
+    run.add_argument(
+        "--plan-timeout-seconds",
+        type=float,
+        default=120.0,
+        help="planning.mode check/auto: how long one plan may run before the operator kills "
+        "it and reports PlanningFailed (each plan is a child process busy on one core)",
     )
     run.add_argument(
         "--log-level",

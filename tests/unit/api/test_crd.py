@@ -68,7 +68,7 @@ def test_subresources_and_printer_columns() -> None:
         "labelSelectorPath": ".status.selector",
     }
     columns = [c["name"] for c in ic["versions"][0]["additionalPrinterColumns"]]
-    assert columns == ["Ready", "Prefill", "Decode", "Endpoint", "Age"]
+    assert columns == ["Ready", "Prefill", "Decode", "Plan", "SLO", "Endpoint", "Age"]
     assert "ic" in ic["names"]["shortNames"]
     assert "wp" in wp["names"]["shortNames"]
 

@@ -16,6 +16,7 @@ LAYERS = (
     {"render"},
     {"status"},
     {"scaling"},
+    {"planning"},
     {"controller"},
     {"manager"},
 )

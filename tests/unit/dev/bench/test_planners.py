@@ -12,6 +12,7 @@ from tandem_dev.bench.planners.__main__ import as_deployment
 from tandem_dev.bench.planners.cells import Cell, build_cells
 from tandem_dev.bench.planners.pareto import Gain, find_frontier, find_largest_gain
 from tandem_dev.bench.planners.report import Verdict, explain, summarize
+from tandem_dev.bench.planners.tandem_side import replay_pick
 
 CELL = Cell("gpt-oss-120b", AcceleratorProfile.GB200, 32000, 1000, 2.0, 10, 2.0)
 
@@ -88,3 +89,12 @@ def test_tandem_picks_go_to_the_estimator_as_deployments() -> None:
              "decode_tp": 1}  # fmt: skip
     assert as_deployment(split) == {"mode": "disagg", "prefill_workers": 1, "prefill_tp": 2,
                                     "decode_workers": 1, "decode_tp": 1}  # fmt: skip
+
+
+def test_another_tools_pick_replays_as_it_was_given() -> None:
+    light = Cell("gpt-oss-20b", AcceleratorProfile.GB200, 1000, 1000, 0.5, 20, 2.0)
+    aggregated = replay_pick(light, {"workers": 1, "tp": 1, "dp": 1, "bs": 32, "ctx_tokens": 2000})
+    assert aggregated["name"] == "aggregated, 1 TP1 worker, 2000 tokens/step"
+    assert aggregated["meets"] and aggregated["stopped"] is None
+    with_dp = {"workers": 1, "tp": 1, "dp": 2, "bs": 32, "ctx_tokens": 2000}
+    assert "attention data parallelism" in replay_pick(light, with_dp)["error"]

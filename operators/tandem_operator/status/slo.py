@@ -1,0 +1,52 @@
+"""The ``SloPredicted`` condition and the plan's Event (pure), from a PlanObservation.
+
+check mode predicts the hand-written shape, auto the planned one; either way the
+condition says whether the planner expects ``spec.slo`` to hold at ``spec.workload``'s
+highest rate, and names each percentile that misses.
+"""
+
+from __future__ import annotations
+
+from tandem.api.v1alpha1 import InferenceClusterSpec, PlanningMode, PlanOutcome, PlanStatus
+from tandem.sim.planned_spec import apply_plan
+from tandem_operator import reasons
+from tandem_operator.status.observe import PlanObservation
+
+_BY_OUTCOME = {
+    PlanOutcome.MET: ("True", reasons.SLO_MET),
+    PlanOutcome.MISSED: ("False", reasons.SLO_MISSED),
+    PlanOutcome.FAILED: ("Unknown", reasons.PLANNING_FAILED),
+}
+
+
+def compute_slo_condition(
+    spec: InferenceClusterSpec, observation: PlanObservation
+) -> tuple[str, str, str]:
+    """(status, reason, message) of ``SloPredicted``."""
+    plan = observation.current
+    if plan is None:
+        return "Unknown", reasons.PLANNING, _while_planning(spec, observation.previous)
+    status, reason = _BY_OUTCOME[plan.outcome]
+    message = plan.message
+    if spec.planning.mode is PlanningMode.AUTO and plan.outcome is not PlanOutcome.MET:
+        message += "; the hand-written shape is deployed"
+    return status, reason, message
+
+
+def compute_plan_event(
+    before: PlanStatus | None, after: PlanStatus | None
+) -> tuple[str, str, str] | None:
+    """(type, reason, message) of the Event for a plan new in status, if any."""
+    if after is None or (before is not None and before.spec_hash == after.spec_hash):
+        return None
+    if after.outcome is PlanOutcome.MET:
+        return "Normal", reasons.EVENT_PLANNED, after.message
+    return "Warning", _BY_OUTCOME[after.outcome][1], after.message
+
+
+def _while_planning(spec: InferenceClusterSpec, previous: PlanStatus | None) -> str:
+    if spec.planning.mode is PlanningMode.CHECK:
+        return "predicting the spec's shape for the changed spec"
+    if previous is not None and apply_plan(spec, previous) is not spec:
+        return f"planning the changed spec; the last plan ({previous.shape}) stays deployed"
+    return "planning the spec; the hand-written shape is deployed until the plan is ready"

@@ -1,0 +1,98 @@
+"""``apply_plan(spec, plan) -> spec`` (pure): the spec the operator renders under
+``planning.mode: auto``.
+
+The plan replaces only what it decided -- each pool's workers, tensor parallelism and the
+decode step budget, and under autoscaling the per-replica targets -- so everything else a
+user wrote (images, pod templates, resources, routing) renders as before. Rendering then
+runs unchanged: spec -> plan -> render.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from tandem.api.base import OpenObject
+from tandem.api.v1alpha1 import (
+    InferenceCluster,
+    InferenceClusterSpec,
+    PlannedPool,
+    PlanningMode,
+    PlanOutcome,
+    PlanStatus,
+    PoolSpec,
+)
+
+P = TypeVar("P", bound=PoolSpec)
+
+
+def apply_plan(spec: InferenceClusterSpec, plan: PlanStatus | None) -> InferenceClusterSpec:
+    """``spec`` with ``plan``'s shape when the spec asks for auto and the plan meets its
+    SLO; ``spec`` itself otherwise (the hand-written shape)."""
+    if (
+        plan is None
+        or spec.planning.mode is not PlanningMode.AUTO
+        or plan.mode is not PlanningMode.AUTO
+        or plan.outcome is not PlanOutcome.MET
+        or plan.decode is None
+    ):
+        return spec
+    updates: dict[str, object] = {
+        "prefill": _shape_pool(spec.prefill, plan.prefill),
+        "decode": _shape_pool(spec.decode, plan.decode),
+    }
+    targets = plan.autoscaling
+    if spec.autoscaling.enabled and targets is not None:
+        scaling = spec.autoscaling
+        prefill_target = targets.prefill_tokens_per_second_per_replica
+        updates["autoscaling"] = scaling.model_copy(
+            update={
+                "prefill": scaling.prefill.model_copy(
+                    update={"target_tokens_per_second_per_replica": prefill_target}
+                ),
+                "decode": scaling.decode.model_copy(
+                    update={
+                        "target_active_sequences_per_replica": (
+                            targets.decode_active_sequences_per_replica
+                        )
+                    }
+                ),
+            }
+        )
+        if targets.max_prefill_wait_seconds is not None:
+            frontend = spec.frontend
+            routing = frontend.disaggregation.model_copy(
+                update={"max_prefill_wait_seconds": targets.max_prefill_wait_seconds}
+            )
+            updates["frontend"] = frontend.model_copy(update={"disaggregation": routing})
+    return spec.model_copy(update=updates)
+
+
+def _shape_pool(pool: P, planned: PlannedPool | None) -> P:
+    """``pool`` resized to ``planned``; no plan for it: no pool (an aggregated plan's
+    decode workers prefill, and the autoscaler may not grow a prefill pool back)."""
+    if planned is None:
+        return pool.model_copy(update={"replicas": 0, "min_replicas": 0, "max_replicas": 0})
+    workers = planned.workers
+    update: dict[str, object] = {
+        "replicas": workers,
+        # The spec's bounds stay where they hold the planned size (autoscaling range).
+        "min_replicas": min(pool.min_replicas, workers),
+        "max_replicas": max(pool.max_replicas, workers),
+    }
+    if planned.tensor_parallel_size != pool.tensor_parallel_size:
+        # The planner searches TP within one node; GPUs per worker follow the new TP.
+        update |= {
+            "tensor_parallel_size": planned.tensor_parallel_size,
+            "gpus_per_worker": None,
+            "nodes_per_worker": 1,
+        }
+    if planned.max_num_tokens is not None:
+        options = {**pool.engine_options.as_dict(), "max_num_tokens": planned.max_num_tokens}
+        update["engine_options"] = OpenObject(**options)
+    return pool.model_copy(update=update)
+
+
+def apply_cluster_plan(cluster: InferenceCluster, plan: PlanStatus | None) -> InferenceCluster:
+    """``cluster`` with :func:`apply_plan` applied to its spec."""
+    spec = apply_plan(cluster.spec, plan)
+    return cluster if spec is cluster.spec else cluster.model_copy(update={"spec": spec})

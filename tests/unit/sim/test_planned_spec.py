@@ -1,0 +1,134 @@
+"""``apply_plan``: the planned shape replaces only what the plan decided, and only under
+planning.mode auto with a plan that meets the SLO; the result is a valid spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tandem.api.v1alpha1 import (
+    InferenceCluster,
+    InferenceClusterSpec,
+    PlannedPool,
+    PlannedTargets,
+    PlanningMode,
+    PlanningSpec,
+    PlanOutcome,
+    PlanStatus,
+    RequestRateSpec,
+    SloSpec,
+    WorkloadSpec,
+)
+from tandem.api.validate import check_cel_rules, load_inference_cluster
+from tandem.sim.planned_spec import apply_cluster_plan, apply_plan
+
+EXAMPLE = Path(__file__).parents[3] / "manifests" / "examples" / "simulated-gpt-oss-120b-gb200.yaml"
+TARGETS = PlannedTargets(
+    prefill_tokens_per_second_per_replica=8000,
+    decode_active_sequences_per_replica=12,
+    max_prefill_wait_seconds=2.0,
+)
+
+
+def _cluster(
+    mode: PlanningMode = PlanningMode.AUTO, *, autoscaling: bool = False
+) -> InferenceCluster:
+    cluster = load_inference_cluster(EXAMPLE)
+    spec = cluster.spec
+    spec = spec.model_copy(
+        update={
+            "slo": SloSpec(ttft_p90_seconds=2, itl_p90_seconds=0.01),
+            "workload": WorkloadSpec(isl=8192, osl=512, requests_per_second=RequestRateSpec(max=6)),
+            "planning": PlanningSpec(mode=mode),
+            "autoscaling": spec.autoscaling.model_copy(update={"enabled": autoscaling}),
+            # A hand-written GPU count the plan must not inherit.
+            "decode": spec.decode.model_copy(update={"gpus_per_worker": 1}),
+        }
+    )
+    return cluster.model_copy(update={"spec": spec})
+
+
+def _plan(
+    prefill: PlannedPool | None,
+    decode: PlannedPool,
+    *,
+    mode: PlanningMode = PlanningMode.AUTO,
+    outcome: PlanOutcome = PlanOutcome.MET,
+) -> PlanStatus:
+    return PlanStatus(
+        spec_hash="0123456789abcdef", mode=mode, outcome=outcome, shape="x",
+        prefill=prefill, decode=decode, autoscaling=TARGETS, message="planned",
+    )  # fmt: skip
+
+
+DISAGGREGATED = _plan(
+    PlannedPool(workers=2, tensor_parallel_size=2), PlannedPool(workers=6, tensor_parallel_size=1)
+)
+AGGREGATED_DECODE = PlannedPool(workers=3, tensor_parallel_size=4, max_num_tokens=2048)
+AGGREGATED = _plan(None, AGGREGATED_DECODE)
+
+
+def _valid(spec: InferenceClusterSpec) -> None:
+    cluster = load_inference_cluster(EXAMPLE).model_copy(update={"spec": spec})
+    assert check_cel_rules(cluster) == []
+
+
+def test_a_disaggregated_plan_sizes_both_pools_within_widened_bounds() -> None:
+    spec = _cluster().spec
+    planned = apply_plan(spec, DISAGGREGATED)
+    p, d = planned.prefill, planned.decode
+    assert (p.replicas, p.tensor_parallel_size, p.min_replicas, p.max_replicas) == (2, 2, 0, 4)
+    # 6 decode workers > the spec's maxReplicas 4: the bound moves to hold the plan.
+    assert (d.replicas, d.tensor_parallel_size, d.min_replicas, d.max_replicas) == (6, 1, 1, 6)
+    assert d.gpus_per_worker == 1  # TP unchanged: the hand-written GPU count stays
+    assert "max_num_tokens" not in d.engine_options.as_dict()
+    # Untouched: everything the plan did not decide.
+    assert planned.autoscaling == spec.autoscaling and planned.frontend == spec.frontend
+    assert planned.model == spec.model and planned.engine == spec.engine
+    _valid(planned)
+
+
+def test_an_aggregated_plan_removes_the_prefill_pool_and_sets_the_step_budget() -> None:
+    planned = apply_plan(_cluster().spec, AGGREGATED)
+    p, d = planned.prefill, planned.decode
+    assert (p.replicas, p.min_replicas, p.max_replicas) == (0, 0, 0)
+    assert (d.replicas, d.tensor_parallel_size, d.gpus_per_worker, d.nodes_per_worker) == (
+        3, 4, None, 1,
+    )  # fmt: skip
+    assert d.engine_options.as_dict()["max_num_tokens"] == 2048
+    _valid(planned)
+
+
+def test_under_autoscaling_the_plan_sets_the_targets() -> None:
+    planned = apply_plan(_cluster(autoscaling=True).spec, DISAGGREGATED)
+    scaling = planned.autoscaling
+    assert scaling.prefill.target_tokens_per_second_per_replica == 8000
+    assert scaling.decode.target_active_sequences_per_replica == 12
+    assert planned.frontend.disaggregation.max_prefill_wait_seconds == 2.0
+    _valid(planned)
+
+
+@pytest.mark.parametrize(
+    ("mode", "plan"),
+    [
+        (PlanningMode.CHECK, _plan(None, PlannedPool(workers=3, tensor_parallel_size=1))),
+        (PlanningMode.AUTO, None),  # still planning, nothing before
+        (PlanningMode.AUTO, _plan(None, AGGREGATED_DECODE, outcome=PlanOutcome.MISSED)),
+        (PlanningMode.AUTO, _plan(None, AGGREGATED_DECODE, mode=PlanningMode.CHECK)),
+    ],
+    ids=["check-mode", "no-plan", "plan-misses", "a-check-plan"],
+)
+def test_anything_but_a_met_auto_plan_keeps_the_hand_written_shape(
+    mode: PlanningMode, plan: PlanStatus | None
+) -> None:
+    cluster = _cluster(mode)
+    assert apply_plan(cluster.spec, plan) is cluster.spec
+    assert apply_cluster_plan(cluster, plan) is cluster
+
+
+def test_the_cluster_keeps_its_metadata_and_status() -> None:
+    cluster = _cluster()
+    planned = apply_cluster_plan(cluster, DISAGGREGATED)
+    assert planned.metadata == cluster.metadata and planned.status == cluster.status
+    assert planned.spec == apply_plan(cluster.spec, DISAGGREGATED)
