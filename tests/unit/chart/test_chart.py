@@ -158,6 +158,7 @@ def test_notes_explain_port_forward_and_curl() -> None:
         ("operator.logLevel=loud", "operator/logLevel"),
         ("metrics.serviceMonitor.interval=often", "interval"),
         ("operator.credentialPropagationSeconds=1", "credentialPropagationSeconds"),
+        ("operator.planTimeoutSeconds=1", "planTimeoutSeconds"),
         ("metrics.networkPolicy.from[0].podSelektor.x=y", "podSelektor"),
     ],
 )
