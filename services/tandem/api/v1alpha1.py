@@ -617,6 +617,10 @@ class PlannedPool(ApiModel):
     max_num_tokens: int | None = Field(
         default=None, description="The step budget the plan sets; unset: the spec's."
     )
+    max_batch_size: int | None = Field(
+        default=None,
+        description="The batch limit the plan sets (sequences per worker); unset: the spec's.",
+    )
 
 
 class PredictedLatency(ApiModel):

@@ -86,9 +86,10 @@ def _shape_pool(pool: P, planned: PlannedPool | None) -> P:
             "gpus_per_worker": None,
             "nodes_per_worker": 1,
         }
-    if planned.max_num_tokens is not None:
-        options = {**pool.engine_options.as_dict(), "max_num_tokens": planned.max_num_tokens}
-        update["engine_options"] = OpenObject(**options)
+    limits = {"max_num_tokens": planned.max_num_tokens, "max_batch_size": planned.max_batch_size}
+    planned_limits = {key: value for key, value in limits.items() if value is not None}
+    if planned_limits:
+        update["engine_options"] = OpenObject(**{**pool.engine_options.as_dict(), **planned_limits})
     return pool.model_copy(update=update)
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 from tandem.engines.simulated import SimulatedConfig, SimulatedConfigError
 from tandem.perf.ideal import IdealPoint, compute_rate_matched_curve, find_best_within
-from tandem.perf.model import compute_kv_capacity, compute_prefill_seconds
+from tandem.perf.model import KvCapacity, compute_kv_capacity, compute_prefill_seconds
 from tandem.sim.cluster import ClusterSim, Deployment, Outcome, SimRequest
 from tandem.sim.metrics import Percentiles, Slo, compute_percentiles, misses_over_p90
 
@@ -43,7 +43,7 @@ WARMUP_FRACTION = 0.2  # requests arriving in the first 20% of the run are not j
 LIFETIMES = 5
 MIN_REQUESTS = 150
 # Deployments simulated at one GPU count at most, the most efficient shapes first.
-CANDIDATES_PER_COUNT = 6
+CANDIDATES_PER_COUNT = 8
 # The step budget aggregated shapes are also tried with under a stall bound.
 SHORT_STEP_TOKENS = 2048
 
@@ -88,6 +88,8 @@ class Candidate:
     decode_tp: int
     # The decode (or aggregated) workers' step budget; None: the spec's.
     max_num_tokens: int | None = None
+    # The decode (or aggregated) workers' batch limit; None: the spec's.
+    max_batch_size: int | None = None
 
     @property
     def gpus(self) -> int:
@@ -95,13 +97,14 @@ class Candidate:
 
     @property
     def name(self) -> str:
+        cap = "" if self.max_batch_size is None else f", batch <= {self.max_batch_size}"
         if self.prefill == 0:
             budget = "" if self.max_num_tokens is None else f", {self.max_num_tokens} tokens/step"
-            return f"aggregated, {_workers(self.decode, self.decode_tp)}{budget}"
+            return f"aggregated, {_workers(self.decode, self.decode_tp)}{budget}{cap}"
         workers = "worker" if self.prefill + self.decode == 1 else "workers"
         return (
             f"{self.prefill} prefill TP{self.prefill_tp} + {self.decode} decode "
-            f"TP{self.decode_tp} {workers}"
+            f"TP{self.decode_tp} {workers}{cap}"
         )
 
 
@@ -157,17 +160,27 @@ class Setup:
             self.max_prefill_wait_seconds,
         )
 
-    def shaped(self, prefill_tp: int, decode_tp: int, max_num_tokens: int | None) -> Setup:
-        """The same engines at other parallelism (and a decode step budget)."""
+    def shaped(
+        self,
+        prefill_tp: int,
+        decode_tp: int,
+        max_num_tokens: int | None,
+        max_batch_size: int | None = None,
+    ) -> Setup:
+        """The same engines at other parallelism (and a decode step budget and batch
+        limit)."""
         decode = {**self.decode_options, "tensor_parallel_size": decode_tp}
         if max_num_tokens is not None:
             decode["max_num_tokens"] = max_num_tokens
+        if max_batch_size is not None:
+            decode["max_batch_size"] = max_batch_size
         prefill = {**self.prefill_options, "tensor_parallel_size": prefill_tp}
         return replace(self, prefill_options=prefill, decode_options=decode)
 
     def for_candidate(self, candidate: Candidate) -> Deployment:
-        shaped = self.shaped(candidate.prefill_tp, candidate.decode_tp, candidate.max_num_tokens)
-        return shaped.deployment(candidate.prefill, candidate.decode)
+        c = candidate
+        shaped = self.shaped(c.prefill_tp, c.decode_tp, c.max_num_tokens, c.max_batch_size)
+        return shaped.deployment(c.prefill, c.decode)
 
 
 def count_requests(workload: Workload) -> int:
@@ -292,39 +305,49 @@ class Shape:
     prefill_busy: float  # prefill workers the rate keeps busy (disaggregated)
     fewest_gpus: int  # what the best point needs for the workload's tokens/s
     clock_sources: tuple[str, ...]
+    # The best point's batch when it is below the engine's limit: each candidate is also
+    # tried with its decode workers capped there, which keeps a burst's steps within the
+    # ITL target while the excess waits (TTFT pays; AIConfigurator sizes batches so).
+    batch_cap: int | None = None
 
     def candidates(self, gpus: int, limits: Limits) -> list[Candidate]:
         if self.prefill_tp is None:
             tp, workers = self.decode_tp, gpus // self.decode_tp
             if gpus % tp or workers > limits.max_decode:
                 return []
-            return [Candidate(0, workers, tp, tp, self.max_num_tokens)]
-        return _splits(gpus, limits, self.prefill_busy, self.best, self.prefill_tp, self.decode_tp)
+            found = [Candidate(0, workers, tp, tp, self.max_num_tokens)]
+        else:
+            found = _splits(
+                gpus, limits, self.prefill_busy, self.best, self.prefill_tp, self.decode_tp
+            )
+        if self.batch_cap is None:
+            return found
+        return [v for c in found for v in (c, replace(c, max_batch_size=self.batch_cap))]
 
 
 def compute_shapes(workload: Workload, setup: Setup, limits: Limits) -> list[Shape]:
     """Every shape that fits the model and can reach the ITL target, most efficient
     first (pure: clocks and capacity only, no simulation)."""
     shapes = []
-    configs: dict[str, SimulatedConfig | None] = {}  # each engine once, by its options
+    # Each engine once, by its options, with its KV pool (None: the weights do not fit).
+    configs: dict[str, tuple[SimulatedConfig, KvCapacity] | None] = {}
 
-    def config(options: Mapping[str, object]) -> SimulatedConfig | None:
+    def config(options: Mapping[str, object]) -> tuple[SimulatedConfig, KvCapacity] | None:
         key = repr(sorted(options.items()))
         if key not in configs:
             try:
                 built = SimulatedConfig.from_options(options)
-                compute_kv_capacity(built.perf, built.memory)
-                configs[key] = built
+                configs[key] = built, compute_kv_capacity(built.perf, built.memory)
             except (SimulatedConfigError, ValueError):
-                configs[key] = None  # the weights do not fit this many GPUs
+                configs[key] = None
         return configs[key]
 
     for prefill_tp, decode_tp, budget in _shape_keys(workload, setup, limits):
         shaped = setup.shaped(prefill_tp or decode_tp, decode_tp, budget)
-        prefill, decode = config(shaped.prefill_options), config(shaped.decode_options)
-        if prefill is None or decode is None:
+        prefill_built, decode_built = config(shaped.prefill_options), config(shaped.decode_options)
+        if prefill_built is None or decode_built is None:
             continue
-        capacity = compute_kv_capacity(decode.perf, decode.memory)
+        (prefill, _), (decode, capacity) = prefill_built, decode_built
         chunk = prefill.options.max_num_tokens if prefill_tp else decode.options.max_num_tokens
         ideal = tuple(
             compute_rate_matched_curve(
@@ -338,10 +361,11 @@ def compute_shapes(workload: Workload, setup: Setup, limits: Limits) -> list[Sha
         demand = workload.rate * workload.osl  # output tokens per second
         prefill_s = compute_prefill_seconds(prefill.clock, workload.isl, chunk)
         sources = tuple(dict.fromkeys((prefill.clock.source, decode.clock.source)))
+        cap = best.batch if best.batch < decode.options.max_batch_size else None
         shapes.append(
             Shape(
                 prefill_tp, decode_tp, budget, ideal, best, workload.rate * prefill_s,
-                max(1, math.ceil(demand / best.tokens_per_second_per_gpu)), sources,
+                max(1, math.ceil(demand / best.tokens_per_second_per_gpu)), sources, cap,
             )
         )  # fmt: skip
     shapes.sort(key=lambda s: -s.best.tokens_per_second_per_gpu)

@@ -158,7 +158,10 @@ def _render(
         if c.prefill == 0
         else PlannedPool(workers=c.prefill, tensor_parallel_size=c.prefill_tp),
         decode=PlannedPool(
-            workers=c.decode, tensor_parallel_size=c.decode_tp, max_num_tokens=c.max_num_tokens
+            workers=c.decode,
+            tensor_parallel_size=c.decode_tp,
+            max_num_tokens=c.max_num_tokens,
+            max_batch_size=c.max_batch_size,
         ),
         gpus=c.gpus,
         requests_per_second=workload.rate,
@@ -188,7 +191,8 @@ def describe_shape(c: Candidate) -> str:
 
 
 def _clock_sources(setup: Setup, candidate: Candidate) -> tuple[str, ...]:
-    shaped = setup.shaped(candidate.prefill_tp, candidate.decode_tp, candidate.max_num_tokens)
+    c = candidate
+    shaped = setup.shaped(c.prefill_tp, c.decode_tp, c.max_num_tokens, c.max_batch_size)
     options = (shaped.prefill_options, shaped.decode_options)
     return tuple(dict.fromkeys(SimulatedConfig.from_options(o).clock.source for o in options))
 

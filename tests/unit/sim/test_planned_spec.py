@@ -65,7 +65,9 @@ def _plan(
 DISAGGREGATED = _plan(
     PlannedPool(workers=2, tensor_parallel_size=2), PlannedPool(workers=6, tensor_parallel_size=1)
 )
-AGGREGATED_DECODE = PlannedPool(workers=3, tensor_parallel_size=4, max_num_tokens=2048)
+AGGREGATED_DECODE = PlannedPool(
+    workers=3, tensor_parallel_size=4, max_num_tokens=2048, max_batch_size=24
+)
 AGGREGATED = _plan(None, AGGREGATED_DECODE)
 
 
@@ -82,7 +84,7 @@ def test_a_disaggregated_plan_sizes_both_pools_within_widened_bounds() -> None:
     # 6 decode workers > the spec's maxReplicas 4: the bound moves to hold the plan.
     assert (d.replicas, d.tensor_parallel_size, d.min_replicas, d.max_replicas) == (6, 1, 1, 6)
     assert d.gpus_per_worker == 1  # TP unchanged: the hand-written GPU count stays
-    assert "max_num_tokens" not in d.engine_options.as_dict()
+    assert not {"max_num_tokens", "max_batch_size"} & set(d.engine_options.as_dict())
     # Untouched: everything the plan did not decide.
     assert planned.autoscaling == spec.autoscaling and planned.frontend == spec.frontend
     assert planned.model == spec.model and planned.engine == spec.engine
@@ -96,7 +98,8 @@ def test_an_aggregated_plan_removes_the_prefill_pool_and_sets_the_step_budget() 
     assert (d.replicas, d.tensor_parallel_size, d.gpus_per_worker, d.nodes_per_worker) == (
         3, 4, None, 1,
     )  # fmt: skip
-    assert d.engine_options.as_dict()["max_num_tokens"] == 2048
+    options = d.engine_options.as_dict()
+    assert (options["max_num_tokens"], options["max_batch_size"]) == (2048, 24)
     _valid(planned)
 
 

@@ -4,6 +4,7 @@ consistency, and the spec it plans from."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -226,3 +227,18 @@ def test_a_run_spans_request_lifetimes_whatever_the_rate() -> None:
     assert count_requests(slow) == MIN_REQUESTS  # 1 req/s x 6.5 s x 5 = 33: the floor
     arrivals = generate_arrivals(fast, count_requests(fast), seed=1)
     assert arrivals[-1].arrival >= LIFETIMES * 6.49 * 0.95  # Poisson: about the span asked
+
+
+def test_a_batch_limit_lets_fewer_gpus_meet_the_itl_target() -> None:
+    # 1k/1k at 2 req/s on one B200, ITL p90 6 ms: uncapped, bursts batch past what a 6 ms
+    # step holds; capped at the ideal's batch, the excess waits (TTFT 0.5 s has room).
+    options = {**OPTIONS, "accelerator": "b200", "kv_cache_dtype": "bf16"}
+    workload = Workload(1000, 1000, 2.0, Slo(0.5, 0.006))
+    setup = Setup(options, options, 2048)
+    result = recommend(workload, setup, Limits(2, 2, 1, 1, (1,)))
+    assert result.chosen is not None
+    chosen = result.chosen.candidate
+    assert (chosen.gpus, chosen.prefill) == (1, 0)
+    assert chosen.max_batch_size is not None and chosen.max_batch_size < 256
+    same = replace(chosen, max_batch_size=None)
+    assert not next(e for e in result.evaluated if e.candidate == same).meets

@@ -95,13 +95,11 @@ def explain(v: Verdict) -> str:
         if replay.get("error"):
             return f"AIConfigurator's pick cannot run in the simulated engine: {replay['error']}."
         if replay.get("meets"):
-            tried = (v.tandem or {}).get("tried", {})
             return (
-                "AIConfigurator's pick also meets the SLO in Tandem's simulation: Tandem's "
-                "search "
-                + ("tried a shape on fewer GPUs that missed" if tried else "")
-                + "did not reach it (its candidates per GPU count use the engine's default "
-                "batch limit and step budget, AIConfigurator's the batch it chose)."
+                "AIConfigurator's pick, with its own batch limit and step budget, also meets "
+                "the SLO in Tandem's simulation; Tandem's search, which tries the engine's "
+                "batch limit or its ideal batch and at most eight candidates per GPU count, "
+                "missed it."
             )
         return (
             "AIConfigurator's pick misses in Tandem's simulation ("
