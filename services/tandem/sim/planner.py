@@ -15,6 +15,9 @@ tried from the lowest such bound up; at each count the shapes whose bound allows
 run, most efficient first (aggregated workers as they are, disaggregated splits around
 the rate-matched prefill:decode ratio); the first count with a deployment that meets the
 SLO wins (ties: the lower p90 ITL). Worker counts stay within the spec's maxReplicas.
+Each candidate is also tried with its decode workers' batch capped at its shape's ideal
+batch (as AIConfigurator sizes batches): a burst then queues for a slot, paying in TTFT,
+instead of stretching every stream's steps past the ITL target.
 
 A workload may also bound stalls: how long 90% of streams may wait, at worst, between
 two tokens. A per-request mean ITL hides a step that carries another prompt's prefill
