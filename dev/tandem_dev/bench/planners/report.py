@@ -205,6 +205,8 @@ class Summary:
     cells: int
     both_pick: int  # cells where both tools pick something
     fewer_or_equal: int  # of those, Tandem needs no more GPUs than AIConfigurator
+    aic_holds: int  # cells where AIConfigurator's pick meets in Tandem's simulation too
+    fewer_or_equal_held: int  # of those, Tandem needs no more GPUs
     estimated: int  # Tandem picks AIConfigurator could estimate
     meets_under_aic: int
     replayed: int
@@ -215,10 +217,13 @@ def summarize(verdicts: Sequence[Verdict]) -> Summary:
     both = [v for v in verdicts if v.tandem_gpus is not None and v.aic_gpus is not None]
     estimated = [v for v in verdicts if v.estimate and not v.estimate.get("error")]
     replayed = [v for v in verdicts if v.replay and not v.replay.get("error")]
+    held = [v for v in both if v.replay and v.replay.get("meets")]
     return Summary(
         len(verdicts),
         len(both),
         sum(1 for v in both if (v.tandem_gpus or 0) <= (v.aic_gpus or 0)),
+        len(held),
+        sum(1 for v in held if (v.tandem_gpus or 0) <= (v.aic_gpus or 0)),
         len(estimated),
         sum(1 for v in estimated if v.estimate and v.estimate["meets"]),
         len(replayed),
@@ -235,6 +240,8 @@ def render_summary(s: Summary) -> list[str]:
         "|---|---:|---|",
         f"| Tandem needs no more GPUs than AIConfigurator (both pick) | "
         f"{share(s.fewer_or_equal, s.both_pick)} | >= 90% |",
+        f"| the same, where AIConfigurator's pick also meets the SLO in Tandem's simulation | "
+        f"{share(s.fewer_or_equal_held, s.aic_holds)} | (for reading) |",
         f"| Tandem's pick meets the SLO under AIConfigurator's estimate | "
         f"{share(s.meets_under_aic, s.estimated)} | >= 90% |",
         f"| AIConfigurator's pick meets the SLO in Tandem's simulation | "

@@ -75,6 +75,7 @@ def test_the_summary_counts_cells_where_both_picked() -> None:
     s = summarize(verdicts)
     assert (s.both_pick, s.fewer_or_equal, s.estimated, s.meets_under_aic) == (2, 1, 2, 1)
     assert (s.replayed, s.aic_meets_in_tandem) == (3, 2)
+    assert (s.aic_holds, s.fewer_or_equal_held) == (1, 0)  # the second: 4 GPUs against 3
 
 
 def test_tandem_picks_go_to_the_estimator_as_deployments() -> None:
