@@ -88,18 +88,24 @@ def num(x: Any) -> float:
 # --- recommend -------------------------------------------------------------------------
 
 
-def agg_pick(row: Mapping[str, Any]) -> Json:
-    replicas = int(row["replicas_needed"])
+def pick_figures(row: Mapping[str, Any]) -> Json:
+    """What an aggregated and a disaggregated row report alike."""
     return {
         "gpus": int(row["total_gpus_needed"]),
-        "replicas": replicas,
+        "replicas": int(row["replicas_needed"]),
         "ttft_ms": num(row["ttft"]),
         "tpot_ms": num(row["tpot"]),
         "tokens_per_s_per_gpu": num(row["tokens/s/gpu"]),
         "tokens_per_s_per_user": num(row["tokens/s/user"]),
         "seq_per_s": num(row["seq/s"]),
+    }
+
+
+def agg_pick(row: Mapping[str, Any]) -> Json:
+    return {
+        **pick_figures(row),
         "parallel": str(row["parallel"]),
-        "workers": replicas,
+        "workers": int(row["replicas_needed"]),
         "tp": int(row["tp"]),
         "dp": int(row["dp"]),
         "moe_ep": int(row["moe_ep"]),
@@ -119,13 +125,7 @@ def disagg_pick(row: Mapping[str, Any]) -> Json:
         return p if p == d else f"p:{p}/d:{d}"
 
     return {
-        "gpus": int(row["total_gpus_needed"]),
-        "replicas": replicas,
-        "ttft_ms": num(row["ttft"]),
-        "tpot_ms": num(row["tpot"]),
-        "tokens_per_s_per_gpu": num(row["tokens/s/gpu"]),
-        "tokens_per_s_per_user": num(row["tokens/s/user"]),
-        "seq_per_s": num(row["seq/s"]),
+        **pick_figures(row),
         # one replica's shape: workers x per-worker parallelism
         "parallel": f"{p_workers}x{row['(p)parallel']} + {d_workers}x{row['(d)parallel']}",
         "prefill_workers": p_workers * replicas,

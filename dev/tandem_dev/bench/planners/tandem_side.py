@@ -72,14 +72,13 @@ def replay_pick(cell: Cell, pick: dict[str, Any]) -> dict[str, Any]:
         decode = {**options, "max_batch_size": int(pick["bs"])}
         candidate = Candidate(0, int(pick["workers"]), int(pick["tp"]), int(pick["tp"]),
                               int(pick["ctx_tokens"]))  # fmt: skip
-        setup = Setup(options, decode, MIN_PREFILL_TOKENS)
     else:
         decode = {**options, "max_batch_size": int(pick["decode_bs"])}
         candidate = Candidate(
             int(pick["prefill_workers"]), int(pick["decode_workers"]),
             int(pick["prefill_tp"]), int(pick["decode_tp"]),
         )  # fmt: skip
-        setup = Setup(options, decode, MIN_PREFILL_TOKENS)
+    setup = Setup(options, decode, MIN_PREFILL_TOKENS)
     workload = build_workload(cell)
     arrivals = generate_arrivals(workload, count_requests(workload), seed=1)
     try:
