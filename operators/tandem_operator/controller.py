@@ -33,6 +33,7 @@ from tandem_operator.kube.client import (
 from tandem_operator.kube.diff import contains, first_difference, needs_apply, owns_field
 from tandem_operator.kube.informer import Caches, Key, Store
 from tandem_operator.planning.service import PlanService
+from tandem_operator.planning.watcher import WorkloadWatcher
 from tandem_operator.render.children import (
     PoolHandle,
     render_cluster_children,
@@ -109,6 +110,7 @@ class Reconciler:
         now: Callable[[], datetime],
         amend_status: Callable[[InferenceCluster, StatusResult], StatusResult] | None = None,
         plans: PlanService | None = None,
+        workloads: WorkloadWatcher | None = None,
         credential_propagation: timedelta = DEFAULT_PROPAGATION,
         issue_credentials: Callable[[str, datetime], Issued] = issue,
     ) -> None:
@@ -125,6 +127,8 @@ class Reconciler:
         self._amend_status = amend_status
         # None: specs asking for planning are rendered as written, with no SloPredicted.
         self._plans = plans
+        # None: plans are for spec.workload as written, and status shows no observed workload.
+        self._workloads = workloads
 
     # ------------------------------------------------------------------ entry point
 
@@ -174,7 +178,16 @@ class Reconciler:
         if self._plans is None or cr.spec.planning.mode is PlanningMode.OFF:
             return None
         previous = cr.status.plan if cr.status else None
-        return PlanObservation(self._plans.lookup(key, cr.spec, previous), previous)
+        spec = cr.spec
+        if self._workloads is not None:
+            # The workload adopted from observation, once the served one left spec.workload.
+            workload = self._workloads.planned_workload(key, cr)
+            if workload is not None and workload != spec.workload:
+                spec = spec.model_copy(update={"workload": workload})
+            observed = self._workloads.workload_status(key, cr)
+        else:
+            observed = None
+        return PlanObservation(self._plans.lookup(key, spec, previous), previous, observed)
 
     # ------------------------------------------------------------------ apply
 

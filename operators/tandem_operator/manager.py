@@ -29,6 +29,7 @@ from tandem_operator.kube.leader import LeaderElector
 from tandem_operator.kube.workqueue import WorkQueue
 from tandem_operator.planning.runner import DEFAULT_TIMEOUT_SECONDS, ProcessPlanner
 from tandem_operator.planning.service import PlanService
+from tandem_operator.planning.watcher import WorkloadWatcher
 from tandem_operator.problems import RecurringProblem
 from tandem_operator.render.credentials import DEFAULT_PROPAGATION, requested_rotation
 from tandem_operator.render.placement import NVLINK_DOMAIN_LABEL
@@ -176,17 +177,21 @@ class Controller:
         informer(k8s.NODES, _ignore, label_selector=NVLINK_DOMAIN_LABEL)
         self._clusters = clusters
         caches = Caches({inf.resource.kind: inf.store for inf in self.informers})
+        # Pod IPs are only reachable (and real) from inside the cluster.
+        frontends = MetricsSource(options.frontend_metrics_urls, scrape_pods=options.in_cluster)
         self.autoscaler = Autoscaler(
             client,
             caches,
-            # Pod IPs are only reachable (and real) from inside the cluster.
-            MetricsSource(options.frontend_metrics_urls, scrape_pods=options.in_cluster),
+            frontends,
             identity=options.identity,
             enqueue=self.queue.add,
             now=lambda: datetime.now(UTC),
         )
         self.plans = PlanService(
             ProcessPlanner(timeout_s=options.plan_timeout_seconds), enqueue=self.queue.add
+        )
+        self.workloads = WorkloadWatcher(
+            caches, frontends, enqueue=self.queue.add, now=lambda: datetime.now(UTC)
         )
         self.reconciler = Reconciler(
             client,
@@ -196,6 +201,7 @@ class Controller:
             now=lambda: datetime.now(UTC),
             amend_status=self.autoscaler.amend_status,
             plans=self.plans,
+            workloads=self.workloads,
             credential_propagation=options.credential_propagation,
         )
 
@@ -293,6 +299,7 @@ class Controller:
                 tasks.create_task(self._resync())
                 tasks.create_task(self.autoscaler.run())
                 tasks.create_task(self.plans.run())
+                tasks.create_task(self.workloads.run())
         finally:
             self.queue.close()
 

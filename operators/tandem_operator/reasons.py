@@ -84,3 +84,4 @@ EVENT_NOT_READY = "NotReady"
 EVENT_RECOVERED = "Recovered"
 EVENT_POOL_RESIZED = "PoolResized"
 EVENT_PLANNED = "Planned"  # a new plan that meets the SLO (else its SloPredicted reason)
+EVENT_REPLANNING = "Replanning"  # the observed workload left the plan: planning for it

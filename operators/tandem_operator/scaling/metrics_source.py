@@ -39,6 +39,8 @@ from tandem.autoscale.exposition import (
     parse_worker_loads,
     sum_counter,
 )
+from tandem.frontend.metrics import ANSWER_LENGTH, PROMPT_LENGTH
+from tandem.sim.workload_observation import LengthCounts, parse_length_counts
 from tandem_operator import names, reasons
 from tandem_operator.status.observe import observe_pod
 
@@ -48,6 +50,8 @@ Manifest = dict[str, Any]
 
 SCRAPE_TIMEOUT_SECONDS = 2.0
 WILDCARD = "*"
+# The length histograms' series, asked for by name: the rest of /metrics is not needed.
+LENGTH_SERIES = tuple(("name[]", f"{family}_bucket") for family in (PROMPT_LENGTH, ANSWER_LENGTH))
 
 
 class ScrapeError(Exception):
@@ -212,6 +216,39 @@ class MetricsSource:
             totals.append(result)
         return sum_counter(totals)
 
+    async def length_counts(
+        self, cr: InferenceCluster, frontend_pods: Sequence[Manifest]
+    ) -> dict[str, LengthCounts]:
+        """Each answering frontend's prompt and answer length histograms, by address
+        (``tandem.sim.workload_observation``); raises :class:`ScrapeError` when none
+        can be read."""
+        targets = compute_frontend_targets(
+            cr, frontend_pods, self._overrides, scrape_pods=self._scrape_pods
+        )
+        if not targets:
+            if self._scrape_pods:
+                raise ScrapeError("no frontend pod is ready", reason=reasons.NO_READY_FRONTEND)
+            raise ScrapeError(no_source_message(cr), reason=reasons.NO_METRICS_SOURCE)
+        results = await asyncio.gather(
+            *(self._get_metrics(base, LENGTH_SERIES) for base in targets), return_exceptions=True
+        )
+        counts, failures = {}, []
+        for base, result in zip(targets, results, strict=True):
+            if isinstance(result, asyncio.CancelledError):
+                raise result
+            if isinstance(result, aiohttp.ClientError | TimeoutError | ValueError):
+                failures.append(f"{base}: {result!r}")
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            try:
+                counts[base] = parse_length_counts(result)
+            except ValueError as exc:
+                failures.append(f"{base}: {exc}")
+        if not counts:
+            raise ScrapeError("; ".join(failures))
+        return counts
+
     async def _read_diverted(self, base: str) -> float | None:
         text = await self._get_metrics(base, {"name[]": DIVERTED_PROMPTS_TOTAL})
         return parse_router_reading(text, at=0.0).sample(PoolRole.PREFILL).diverted_prompts_total
@@ -221,7 +258,9 @@ class MetricsSource:
             self._session = aiohttp.ClientSession(timeout=self._timeout)
         return self._session
 
-    async def _get_metrics(self, base: str, params: Mapping[str, str] | None = None) -> str:
+    async def _get_metrics(
+        self, base: str, params: Mapping[str, str] | Sequence[tuple[str, str]] | None = None
+    ) -> str:
         async with self._open().get(f"{base}/metrics", params=params) as response:
             if response.status != 200:
                 raise ValueError(f"/metrics answered {response.status}")

@@ -50,7 +50,11 @@ from tandem_operator.status.observe import (
     PoolObservation,
     WorkloadObservation,
 )
-from tandem_operator.status.slo import compute_plan_event, compute_slo_condition
+from tandem_operator.status.slo import (
+    compute_plan_event,
+    compute_replan_event,
+    compute_slo_condition,
+)
 
 # Most actionable first: when several pods fail differently, the status names this one.
 PROBLEM_PRIORITY: tuple[str, ...] = (
@@ -325,6 +329,7 @@ def compute_status(cr: InferenceCluster, observed: Observed, now: str) -> Status
         ),
         endpoint=names.endpoint(cr.metadata.name, namespace, cr.spec.frontend.port),
         plan=observed.plan.effective if observed.plan is not None else None,
+        workload=observed.plan.workload if observed.plan is not None else None,
     )
     pools = {
         role: _pool_status(cr, observed.pools[role], part, now) for role, part in pool_parts.items()
@@ -412,6 +417,9 @@ def _events(
         and (old_nvlink is None or old_nvlink.reason != new_nvlink.reason)
     ):
         events.append(EventRecord("Warning", new_nvlink.reason, new_nvlink.message))
+    replan_event = compute_replan_event(before.workload, after.workload)
+    if replan_event is not None:
+        events.append(EventRecord(*replan_event))
     plan_event = compute_plan_event(before.plan, after.plan)
     if plan_event is not None:
         events.append(EventRecord(*plan_event))

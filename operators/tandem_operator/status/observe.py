@@ -13,7 +13,13 @@ from typing import Any
 
 import pydantic
 
-from tandem.api.v1alpha1 import InferenceCluster, PlanStatus, PoolRole, WorkerPoolStatus
+from tandem.api.v1alpha1 import (
+    InferenceCluster,
+    PlanStatus,
+    PoolRole,
+    WorkerPoolStatus,
+    WorkloadStatus,
+)
 from tandem_operator import reasons
 from tandem_operator.render.placement import NvlinkPlacement
 
@@ -75,6 +81,8 @@ class PlanObservation:
 
     current: PlanStatus | None
     previous: PlanStatus | None
+    # Planned against observed workload, when the operator watches the frontends.
+    workload: WorkloadStatus | None = None
 
     @property
     def effective(self) -> PlanStatus | None:

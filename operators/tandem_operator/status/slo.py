@@ -7,7 +7,13 @@ highest rate, and names each percentile that misses.
 
 from __future__ import annotations
 
-from tandem.api.v1alpha1 import InferenceClusterSpec, PlanningMode, PlanOutcome, PlanStatus
+from tandem.api.v1alpha1 import (
+    InferenceClusterSpec,
+    PlanningMode,
+    PlanOutcome,
+    PlanStatus,
+    WorkloadStatus,
+)
 from tandem.sim.planned_spec import apply_plan
 from tandem_operator import reasons
 from tandem_operator.status.observe import PlanObservation
@@ -42,6 +48,22 @@ def compute_plan_event(
     if after.outcome is PlanOutcome.MET:
         return "Normal", reasons.EVENT_PLANNED, after.message
     return "Warning", _BY_OUTCOME[after.outcome][1], after.message
+
+
+def compute_replan_event(
+    before: WorkloadStatus | None, after: WorkloadStatus | None
+) -> tuple[str, str, str] | None:
+    """(type, reason, message) of the Event for a re-plan new in status, if any."""
+    if after is None or after.replans <= (before.replans if before is not None else 0):
+        return None
+    planned = after.planned
+    return (
+        "Normal",
+        reasons.EVENT_REPLANNING,
+        f"the observed workload left the plan (re-plan {after.replans}): planning for "
+        f"ISL {planned.isl}, OSL {planned.osl}, up to "
+        f"{planned.requests_per_second.max:g} req/s",
+    )
 
 
 def _while_planning(spec: InferenceClusterSpec, previous: PlanStatus | None) -> str:

@@ -85,6 +85,11 @@ class PlanOutcome(enum.StrEnum):
     FAILED = "failed"  # no answer: the spec cannot be planned, or planning gave up
 
 
+class WorkloadSource(enum.StrEnum):
+    SPEC = "spec"  # spec.workload as written
+    OBSERVED = "observed"  # what the frontends measured, once it left spec.workload's envelope
+
+
 # --------------------------------------------------------------------------- spec parts
 
 
@@ -468,6 +473,38 @@ class WorkloadSpec(ApiModel):
     )
 
 
+class ReplanSpec(ApiModel):
+    """When planning.mode auto plans again from the workload the frontends measure."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Re-plan when the observed workload stays outside the planned one "
+        "(planning.mode auto; check mode only reports what it observes).",
+    )
+    window_seconds: int = Field(
+        default=300,
+        ge=30,
+        le=86_400,
+        description="The span each observation covers, and how long the observed workload "
+        "must stay outside the planned one before a re-plan (hysteresis).",
+    )
+    min_interval_seconds: int = Field(
+        default=1800,
+        ge=60,
+        le=604_800,
+        description="At most one re-plan per this many seconds: each re-plan rolls pods.",
+    )
+    tolerance: float = Field(
+        default=0.5,
+        gt=0,
+        le=10,
+        description="How far the observed workload may drift before it counts as outside "
+        "the planned one: the median prompt or answer length beyond 1+tolerance times, or "
+        "below 1/(1+tolerance) times, the planned length, or the request rate above "
+        "1+tolerance times the planned maximum.",
+    )
+
+
 class PlanningSpec(ApiModel):
     """Whether the operator plans the pools' shape from spec.slo and spec.workload."""
 
@@ -480,6 +517,7 @@ class PlanningSpec(ApiModel):
         "its targets) instead of the hand-written one. check and auto need spec.slo and "
         "spec.workload; the plan is in status.plan.",
     )
+    replan: ReplanSpec = Field(default_factory=ReplanSpec)
 
 
 class DecodePoolSpec(PoolSpec):
@@ -668,6 +706,46 @@ class PlanStatus(ApiModel):
     message: str = Field(default="", description="The plan in words, or why there is none.")
 
 
+class PlannedWorkload(ApiModel):
+    """The workload the current plan is for."""
+
+    isl: int
+    osl: int
+    requests_per_second: RequestRateSpec
+    source: WorkloadSource
+    spec_hash: str = Field(
+        description="Hash of spec.workload when this was adopted: an edited spec.workload "
+        "replaces an observed one."
+    )
+
+
+class ObservedWorkload(ApiModel):
+    """What the frontends served over the last window."""
+
+    isl_p50: int = Field(description="Median prompt length, tokens.")
+    isl_p90: int
+    osl_p50: int = Field(description="Median answer length, tokens.")
+    osl_p90: int
+    requests_per_second: float
+    requests: int = Field(description="Requests the figures are computed from.")
+    window_seconds: float
+    time: str = Field(description="When the observation was taken (RFC 3339).")
+
+
+class WorkloadStatus(ApiModel):
+    """Planned against observed workload (planning.mode check or auto)."""
+
+    planned: PlannedWorkload
+    observed: ObservedWorkload | None = None
+    outside: str | None = Field(
+        default=None,
+        description="How the observed workload is outside the planned one; unset inside.",
+    )
+    outside_since: str | None = None
+    replans: int = Field(default=0, description="Re-plans from the observed workload.")
+    last_replan_time: str | None = None
+
+
 class InferenceClusterStatus(ApiModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
@@ -675,6 +753,9 @@ class InferenceClusterStatus(ApiModel):
     endpoint: str | None = Field(default=None, description="In-cluster URL of the frontend.")
     plan: PlanStatus | None = Field(
         default=None, description="The latest plan (spec.planning.mode check or auto)."
+    )
+    workload: WorkloadStatus | None = Field(
+        default=None, description="Planned against observed workload (planning check or auto)."
     )
 
 

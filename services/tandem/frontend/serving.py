@@ -238,6 +238,7 @@ class OpenAIServing:
         path = first.route.path.value if first.route is not None else "local"
         self._metrics.ttft_seconds.labels(path).observe(now - prepared.ctx.arrival)
         self._metrics.prompt_tokens.inc(len(prepared.prompt))
+        self._metrics.prompt_length.observe(len(prepared.prompt))
         return stream, first
 
     async def _deltas(
@@ -284,6 +285,7 @@ class OpenAIServing:
                         self._metrics.itl_seconds.observe(gap)
                 last = now
         finally:
+            self._metrics.answer_length.observe(progress.completion_tokens)
             await _aclose(stream)
 
     async def _collect(
