@@ -57,7 +57,10 @@ host-packages:
 # control plane built from Go modules).
 test: $(STAMP) cluster-build host-packages images
 	$(MAKE) lint
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	@mkdir -p build
+	TANDEM_TEST_PROGRESS=$(CURDIR)/build/pytest-current $(BIN)/pytest -q $(PYTEST_ARGS) || { \
+		status=$$?; echo "pytest exited with $$status; the last test it started:" \
+		"$$(cat build/pytest-current)"; exit $$status; }
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)

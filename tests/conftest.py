@@ -1,6 +1,8 @@
 """Every tier: Tandem's file cache (the rebuilt o200k vocabulary) lives in this session's
 temporary directory, for this process and the processes its tests start; the product's
-wheel and image are checked for development code the same way."""
+wheel and image are checked for development code the same way. The test that starts is
+written to ``$TANDEM_TEST_PROGRESS`` when set: a run killed by a signal (a C library's
+abort leaves only thread dumps) can still say which test it was in (``make test``)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,12 @@ from tandem.tokenization.o200k import CACHE_ENV
 # Folder names of development code: the packages of tandem_dev, and where such code lived
 # inside the product before it moved out.
 DEVELOPMENT_FOLDERS = frozenset({"bench", "faults", "doubles", "tools", "docgen", "autoscale_sim"})
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    progress = os.environ.get("TANDEM_TEST_PROGRESS")
+    if progress:
+        Path(progress).write_text(nodeid)
 
 
 @pytest.fixture(scope="session", autouse=True)
