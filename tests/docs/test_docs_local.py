@@ -1,6 +1,6 @@
-"""README's quickstart, docs/gpu-deployment.md's capacity check and docs/simulated-engine.md's
-first answer, run as written: the local runtime in a reader's shell (its own network
-namespace, so port 8000 is free)."""
+"""README's quickstart, docs/gpu-deployment.md's capacity check, and docs/simulated-engine.md's
+first answer and its profile of the reference engine, run as written: the local runtime in
+a reader's shell (its own network namespace, so port 8000 is free)."""
 
 from __future__ import annotations
 
@@ -44,3 +44,9 @@ def test_simulated_engine_quickstart(docs: Any, doc_shell: Any) -> None:
     assert answer["usage"]["completion_tokens"] == 16
     assert answer["choices"][0]["finish_reason"] == "length"
     assert answer["choices"][0]["message"]["content"]
+
+
+def test_reference_profile_and_plan(docs: Any, doc_shell: Any) -> None:
+    # SmolLM2's profile takes about 45 s on two idle cores; the plan a second or two.
+    run = doc_shell.run(docs.sequence("docs/simulated-engine.md", "profile"), timeout_s=420)
+    assert run.mismatches == [], "\n".join(run.mismatches)

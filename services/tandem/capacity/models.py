@@ -171,5 +171,9 @@ def find_architecture(model_name: str) -> ModelArchitecture | None:
     Matches on the last path component, case-insensitively, so ``hf://openai/gpt-oss-20b``
     and ``gpt-oss-20b`` both resolve; unknown models return None.
     """
-    tail = model_name.rstrip("/").rsplit("/", 1)[-1].lower()
-    return ARCHITECTURES.get(tail)
+    return ARCHITECTURES.get(compute_model_key(model_name))
+
+
+def compute_model_key(model_name: str) -> str:
+    """What names one model: the identifier's last path component, lower-cased."""
+    return model_name.rstrip("/").rsplit("/", 1)[-1].lower()

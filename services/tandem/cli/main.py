@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from tandem.cli import ask, devcluster, local, manifests, operator, plan
+from tandem.cli import ask, devcluster, local, manifests, operator, plan, profile
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     devcluster.register(sub)
     operator.register(sub)
     plan.register(sub)
+    profile.register(sub)
     local.register(sub)
     ask.register(sub)
     return parser

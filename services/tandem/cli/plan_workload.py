@@ -1,6 +1,6 @@
 """``tandem plan -f FILE --isl N --osl N --rate R --ttft-p90 S --itl-p90-ms MS
-[--max-stall-ms MS]``: the deployment that meets the SLO on the fewest GPUs, with the
-numbers behind it.
+[--max-stall-ms MS] [--perf-table FILE]``: the deployment that meets the SLO on the fewest
+GPUs, with the numbers behind it.
 
 Exit codes: 0 a deployment meets the SLO, 1 none can (the message says why), 2 invalid
 input.
@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from tandem.api.v1alpha1 import InferenceCluster
+from tandem.perf.table import PerfTableError
 from tandem.sim.metrics import Slo
 from tandem.sim.plan_document import render_plan_document
 from tandem.sim.planner import Evaluation, Recommendation, Workload, recommend
@@ -30,16 +31,22 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "workload (all five together: recommend a deployment instead of checking the spec's)"
     )
-    group.add_argument("--isl", type=_positive_int, help="prompt tokens per request")
-    group.add_argument("--osl", type=_positive_int, help="answer tokens per request")
-    group.add_argument("--rate", type=_positive_float, help="requests per second")
-    group.add_argument("--ttft-p90", type=_positive_float, help="TTFT p90 target, seconds")
-    group.add_argument("--itl-p90-ms", type=_positive_float, help="ITL p90 target, milliseconds")
+    group.add_argument("--isl", type=positive_int, help="prompt tokens per request")
+    group.add_argument("--osl", type=positive_int, help="answer tokens per request")
+    group.add_argument("--rate", type=positive_float, help="requests per second")
+    group.add_argument("--ttft-p90", type=positive_float, help="TTFT p90 target, seconds")
+    group.add_argument("--itl-p90-ms", type=positive_float, help="ITL p90 target, milliseconds")
     group.add_argument(
         "--max-stall-ms",
-        type=_positive_float,
+        type=positive_float,
         help="optional: the longest wait between two tokens that 90%% of streams may see, "
         "milliseconds (another prompt's prefill chunk on the same worker is one)",
+    )
+    group.add_argument(
+        "--perf-table",
+        metavar="FILE",
+        help="step times measured by `tandem profile` (tandem.perf-table/v1): what a "
+        "reference spec on cpu plans from; a GPU spec's steps then take them too",
     )
     group.add_argument("--plot", type=Path, help="write the options' Pareto chart here (PNG)")
     group.add_argument(
@@ -50,14 +57,15 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--requests",
-        type=_positive_int,
+        type=positive_int,
         help="simulated requests per candidate (default: enough arrivals to span five "
         "request lifetimes at the SLO's targets, at least 150)",
     )
 
 
 def wants_recommendation(args: argparse.Namespace) -> bool:
-    return any(getattr(args, flag) is not None for flag in (*WORKLOAD_FLAGS, "max_stall_ms"))
+    optional = ("max_stall_ms", "perf_table")
+    return any(getattr(args, flag) is not None for flag in (*WORKLOAD_FLAGS, *optional))
 
 
 def cmd_recommend(args: argparse.Namespace, source: str, cluster: InferenceCluster) -> int:
@@ -66,7 +74,10 @@ def cmd_recommend(args: argparse.Namespace, source: str, cluster: InferenceClust
         print(f"error: a workload needs {', '.join(missing)} too", file=sys.stderr)
         return EXIT_INVALID
     try:
-        setup, limits = compute_setup(cluster.spec)
+        setup, limits = compute_setup(cluster.spec, args.perf_table)
+    except PerfTableError as exc:
+        print(f"error: --perf-table: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     except ValueError as exc:
         print(f"error: {source}: spec.{exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -197,14 +208,14 @@ def _title(cluster: InferenceCluster, workload: Workload) -> str:
     )
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError("must be >= 1")
     return value
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError("must be > 0")

@@ -25,7 +25,7 @@ from tandem.api.v1alpha1 import AcceleratorProfile
 from tandem.capacity.kv import kv_bytes_per_gpu
 from tandem.perf.measured import MeasuredClockUnavailable, build_measured_clock
 from tandem.perf.model import Chunk, PerfModel
-from tandem.perf.table import PerfTable, load_perf_table
+from tandem.perf.table import PerfTable
 
 
 class ClockChoice(enum.StrEnum):
@@ -73,12 +73,19 @@ class AnalyticClock:
 
 @dataclass(frozen=True, slots=True)
 class TableClock:
+    """A measured table's step times. KV moves at the table's link rate, else over the
+    profile's link; a worker without a GPU has no profile link, and with no rate in its
+    table its transfers take no time (its source says so)."""
+
     table: PerfTable
     perf: PerfModel  # for KV bytes, and the link when the table gives none
 
     @property
     def source(self) -> str:
-        return f"table: {self.table.source or 'a measured perf table'}"
+        measured = f"table: {self.table.source or 'a measured perf table'}"
+        if self.table.kv_transfer_bytes_per_second is None and self.perf.gpu is None:
+            return f"{measured}; KV transfers unpriced (no kv_transfer_bytes_per_second)"
+        return measured
 
     def step_seconds(self, decode_contexts: Sequence[int], chunks: Sequence[Chunk]) -> float:
         return self.table.step_seconds(decode_contexts, chunks)
@@ -86,7 +93,7 @@ class TableClock:
     def kv_transfer_seconds(self, tokens: int) -> float:
         rate = self.table.kv_transfer_bytes_per_second
         if rate is None:
-            return self.perf.kv_transfer_seconds(tokens)
+            return 0.0 if self.perf.gpu is None else self.perf.kv_transfer_seconds(tokens)
         perf = self.perf
         shard = kv_bytes_per_gpu(
             perf.model, tokens, dtype=perf.kv_dtype, tensor_parallel_size=perf.tensor_parallel_size
@@ -103,13 +110,13 @@ def build_clock(
     profile: AcceleratorProfile,
     *,
     choice: ClockChoice = ClockChoice.AUTO,
-    table_path: str | None = None,
+    table: PerfTable | None = None,
 ) -> StepClock:
     """The clock for one worker (ClockError when the choice cannot be honoured)."""
-    if table_path is not None:
+    if table is not None:
         if choice is ClockChoice.MEASURED:
             raise ClockError("a perf table and the measured clock exclude each other")
-        return TableClock(load_perf_table(table_path), perf)
+        return TableClock(table, perf)
     if choice is ClockChoice.ANALYTIC:
         return AnalyticClock(perf, "chosen")
     try:

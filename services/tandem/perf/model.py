@@ -79,10 +79,12 @@ class WeightSplit:
 
 @dataclass(frozen=True, slots=True)
 class PerfModel:
-    """One worker: a model on ``tensor_parallel_size`` GPUs of one profile."""
+    """One worker: a model on ``tensor_parallel_size`` GPUs of one profile. ``gpu`` None
+    is a worker without one (a CPU engine): only a measured table can price its steps,
+    and the analytic terms below refuse it."""
 
     model: ModelArchitecture
-    gpu: GpuPerformance
+    gpu: GpuPerformance | None
     tensor_parallel_size: int = 1
     kv_dtype: KvDtype = KvDtype.BF16
     efficiency: Efficiency = field(default_factory=Efficiency)
@@ -96,6 +98,15 @@ class PerfModel:
 
     def kv_transfer_seconds(self, tokens: int) -> float:
         return compute_kv_transfer_seconds(self, tokens)
+
+
+def _gpu_of(perf: PerfModel) -> GpuPerformance:
+    if perf.gpu is None:
+        raise ValueError(
+            f"{perf.model.name}: no GPU to price a step on (a CPU worker is priced by its "
+            "measured table)"
+        )
+    return perf.gpu
 
 
 def compute_weight_split(model: ModelArchitecture) -> WeightSplit:
@@ -124,15 +135,15 @@ def compute_linear_seconds(perf: PerfModel, tokens: int) -> float:
     """Projections and MLP/experts for ``tokens`` tokens on one GPU of the TP group."""
     if tokens <= 0:
         return 0.0
-    tp, eff = perf.tensor_parallel_size, perf.efficiency
+    tp, eff, gpu = perf.tensor_parallel_size, perf.efficiency, _gpu_of(perf)
     flops = 2.0 * perf.model.active_params * tokens / tp
     split = compute_weight_split(perf.model)
     weight_bytes = (
         split.dense_bytes + compute_experts_touched(perf.model, tokens) * split.expert_bytes
     ) / tp
     return max(
-        flops / (perf.gpu.fp8_flops * eff.linear),
-        weight_bytes / (perf.gpu.hbm_bytes_per_second * eff.memory),
+        flops / (gpu.fp8_flops * eff.linear),
+        weight_bytes / (gpu.hbm_bytes_per_second * eff.memory),
     )
 
 
@@ -201,11 +212,11 @@ def compute_decode_attention_seconds(perf: PerfModel, contexts: Sequence[int]) -
 
 
 def _attention_roofline(perf: PerfModel, flops: float, kv: float) -> float:
-    model, tp, eff = perf.model, perf.tensor_parallel_size, perf.efficiency
+    model, tp, eff, gpu = perf.model, perf.tensor_parallel_size, perf.efficiency, _gpu_of(perf)
     kv_share = kv_heads_per_gpu(model, tp) / model.num_kv_heads
     return max(
-        flops / tp / (perf.gpu.bf16_flops * eff.attention),
-        kv * kv_share / (perf.gpu.hbm_bytes_per_second * eff.memory),
+        flops / tp / (gpu.bf16_flops * eff.attention),
+        kv * kv_share / (gpu.hbm_bytes_per_second * eff.memory),
     )
 
 
@@ -215,7 +226,7 @@ def compute_allreduce_seconds(perf: PerfModel, tokens: int) -> float:
     if tp == 1 or tokens <= 0:
         return 0.0
     nbytes = tokens * perf.model.hidden_size * BF16_BYTES * 2.0 * (tp - 1) / tp
-    one = perf.efficiency.allreduce_latency_s + nbytes / perf.gpu.nvlink_bytes_per_second
+    one = perf.efficiency.allreduce_latency_s + nbytes / _gpu_of(perf).nvlink_bytes_per_second
     return 2 * perf.model.num_layers * one
 
 
@@ -256,7 +267,7 @@ def compute_kv_transfer_seconds(perf: PerfModel, tokens: int) -> float:
     shard over its own link, in parallel."""
     if tokens <= 0:
         return 0.0
-    link = perf.gpu.kv_link
+    link = _gpu_of(perf).kv_link
     shard = kv_bytes_per_gpu(
         perf.model, tokens, dtype=perf.kv_dtype, tensor_parallel_size=perf.tensor_parallel_size
     )
@@ -307,9 +318,16 @@ def compute_kv_capacity(
     )
     if not report.weights_fit:
         raise ValueError(report.message)
+    return compute_pool_capacity(perf, report.kv_pool_bytes, tokens_per_block)
+
+
+def compute_pool_capacity(perf: PerfModel, pool_bytes: int, tokens_per_block: int) -> KvCapacity:
+    """A pool of ``pool_bytes`` per GPU in the worker's blocks: what the capacity model
+    leaves on a GPU, or what a CPU engine preallocates."""
+    model, tp = perf.model, perf.tensor_parallel_size
     layers = model.full_layers or model.num_layers
     block = 2 * model.head_dim * perf.kv_dtype.nbytes * kv_heads_per_gpu(model, tp)
-    return KvCapacity(report.kv_pool_bytes, block * layers * tokens_per_block, tokens_per_block)
+    return KvCapacity(pool_bytes, block * layers * tokens_per_block, tokens_per_block)
 
 
 def compute_sequence_blocks(perf: PerfModel, capacity: KvCapacity, tokens: int) -> int:

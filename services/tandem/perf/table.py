@@ -16,7 +16,8 @@ File format (JSON, ``tandem.perf-table/v1``)::
                     [0.0060, 0.0071, 0.0095],
                     [0.0107, 0.0131, 0.0165]]
       },
-      "kv_transfer_bytes_per_second": 4.25e10   # optional; else the profile's link
+      "kv_transfer_bytes_per_second": 4.25e10,  # optional; else the profile's link
+      "worker": {...}                           # optional: see below
     }
 
 * ``prefill``: ``[prompt_tokens, seconds]`` pairs, strictly increasing in tokens: the time
@@ -31,6 +32,12 @@ File format (JSON, ``tandem.perf-table/v1``)::
 * A step with both decode rows and prefill chunks costs the decode time plus the chunks'
   time (what a table of separate measurements can say; the analytic model prices a
   mixed step as one).
+* ``worker`` (``tandem profile`` writes it): the measured engine as a planner needs it
+  where no capacity model sizes it -- a CPU engine, whose KV pool its own options
+  preallocate and whose model shape only its weights file knows. ``architecture`` holds
+  the fields of ``tandem.capacity.models.ModelArchitecture``; ``kv_pool_bytes`` the pool;
+  ``tokens_per_block`` its block; ``max_num_tokens`` the tokens a step with decode rows
+  computes at most.
 """
 
 from __future__ import annotations
@@ -43,6 +50,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
+from tandem.capacity.models import ModelArchitecture
 from tandem.perf.model import Chunk
 
 FORMAT = "tandem.perf-table/v1"
@@ -50,6 +60,16 @@ FORMAT = "tandem.perf-table/v1"
 
 class PerfTableError(ValueError):
     """The table file is missing, unreadable or malformed; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredWorker:
+    """The ``worker`` object (module docstring)."""
+
+    architecture: ModelArchitecture
+    kv_pool_bytes: int
+    tokens_per_block: int
+    max_num_tokens: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +81,8 @@ class PerfTable:
     decode_seconds: tuple[tuple[float, ...], ...]
     kv_transfer_bytes_per_second: float | None = None
     source: str = ""
+    model: str = ""  # what was measured, if the table says
+    worker: MeasuredWorker | None = None
 
     def prefill_to(self, tokens: int) -> float:
         """Seconds to prefill ``tokens`` tokens from empty (``P`` in the docstring)."""
@@ -132,6 +154,7 @@ def parse_perf_table(document: Any) -> PerfTable:
     link = document.get("kv_transfer_bytes_per_second")
     if link is not None and (not _is_number(link) or link <= 0):
         raise PerfTableError("kv_transfer_bytes_per_second must be a positive number")
+    worker = document.get("worker")
     return PerfTable(
         tokens,
         seconds,
@@ -140,7 +163,47 @@ def parse_perf_table(document: Any) -> PerfTable:
         tuple(rows),
         None if link is None else float(link),
         str(document.get("source", "")),
+        str(document.get("model", "")),
+        None if worker is None else _parse_worker(worker),
     )
+
+
+_ARCHITECTURE = TypeAdapter(ModelArchitecture)
+
+
+def render_worker(worker: MeasuredWorker) -> dict[str, Any]:
+    """The ``worker`` object as the table file holds it (JSON-ready)."""
+    architecture: dict[str, Any] = _ARCHITECTURE.dump_python(worker.architecture, mode="json")
+    return {
+        "architecture": architecture,
+        "kv_pool_bytes": worker.kv_pool_bytes,
+        "tokens_per_block": worker.tokens_per_block,
+        "max_num_tokens": worker.max_num_tokens,
+    }
+
+
+def _parse_worker(worker: object) -> MeasuredWorker:
+    if not isinstance(worker, dict):
+        raise PerfTableError("worker must be an object (architecture, kv_pool_bytes, ...)")
+    try:
+        architecture = _ARCHITECTURE.validate_python(worker.get("architecture"))
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        where = ".".join(str(part) for part in ("worker.architecture", *problem["loc"]))
+        raise PerfTableError(f"{where}: {problem['msg']}") from None
+    return MeasuredWorker(
+        architecture,
+        _count(worker, "kv_pool_bytes"),
+        _count(worker, "tokens_per_block"),
+        _count(worker, "max_num_tokens"),
+    )
+
+
+def _count(worker: dict[str, object], name: str) -> int:
+    value = worker.get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise PerfTableError(f"worker.{name} must be a positive integer")
+    return value
 
 
 def _is_number(value: object) -> bool:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 
 from tandem.engines.simulated import SimulatedConfig, SimulatedConfigError
 from tandem.perf.ideal import IdealPoint, compute_rate_matched_curve, find_best_within
-from tandem.perf.model import KvCapacity, compute_kv_capacity, compute_prefill_seconds
+from tandem.perf.model import KvCapacity, compute_prefill_seconds
 from tandem.sim.cluster import ClusterSim, Deployment, Outcome, SimRequest
 from tandem.sim.metrics import Percentiles, Slo, compute_percentiles, misses_over_p90
 
@@ -340,7 +340,7 @@ def compute_shapes(workload: Workload, setup: Setup, limits: Limits) -> list[Sha
         if key not in configs:
             try:
                 built = SimulatedConfig.from_options(options)
-                configs[key] = built, compute_kv_capacity(built.perf, built.memory)
+                configs[key] = built, built.compute_capacity()
             except (SimulatedConfigError, ValueError):
                 configs[key] = None
         return configs[key]
@@ -435,7 +435,7 @@ def _unreachable(workload: Workload, setup: Setup, limits: Limits) -> Recommenda
     for tp in limits.sizes:
         try:
             config = SimulatedConfig.from_options(setup.shaped(tp, tp, None).decode_options)
-            compute_kv_capacity(config.perf, config.memory)
+            config.compute_capacity()
         except (SimulatedConfigError, ValueError):
             continue
         context = workload.isl + workload.osl // 2

@@ -81,11 +81,16 @@ def test_incomplete_or_unplannable_input(capsys: pytest.CaptureFixture[str]) -> 
     # A stall bound alone is part of a workload, not a capacity check.
     assert run("-f", SIMULATED, "--max-stall-ms", "30") == plan_workload.EXIT_INVALID
     assert "a workload needs --isl, --osl, --rate" in capsys.readouterr().err
+    # So is a table to plan it from.
+    assert run("-f", SIMULATED, "--perf-table", "t.json") == plan_workload.EXIT_INVALID
+    assert "a workload needs --isl, --osl, --rate" in capsys.readouterr().err
     cpu = str(EXAMPLES / "reference-cpu.yaml")
     code = run("-f", cpu, "--isl", "1", "--osl", "1", "--rate", "1", "--ttft-p90", "1",
                "--itl-p90-ms", "9")  # fmt: skip
     assert code == plan_workload.EXIT_INVALID
-    assert "spec.accelerator.profile: plans are for GPU profiles" in capsys.readouterr().err
+    assert "spec.engine.kind: the reference engine has no step-time database" in (
+        capsys.readouterr().err
+    )
     with pytest.raises(SystemExit):
         run("-f", SIMULATED, "--rate", "-1")
 

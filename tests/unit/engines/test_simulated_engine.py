@@ -3,8 +3,12 @@ sequence between workers, pacing against an injected clock, and KV admission."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from tandem.capacity.models import TANDEM_REFERENCE, KvDtype
 from tandem.engines.base import EngineError, KvLayout, SamplingParams
 from tandem.engines.simulated import SimulatedConfigError, SimulatedEngine
 from tandem.engines.simulated.engine import IDLE_TICK_S
@@ -18,6 +22,7 @@ from tandem.engines.simulated.tokens import (
     hash_prompt,
 )
 from tandem.perf.model import compute_sequence_blocks
+from tandem.perf.table import FORMAT, MeasuredWorker, render_worker
 
 FAST = {"accelerator": "h100", "kv_cache_dtype": "fp8", "speedup": 10_000}
 
@@ -151,7 +156,7 @@ def test_nothing_to_run_waits_an_idle_tick() -> None:
         ({"accelerator": "tpu"}, "option accelerator"),
         ({"model": "llama-70b"}, "unknown architecture"),
         ({"speedup": 0}, "option speedup"),
-        ({"perf_table": "/nonexistent.json"}, "option clock/perf_table"),
+        ({"perf_table": "/nonexistent.json"}, "option perf_table: cannot read"),
         ({"clock": "roofline"}, "option clock: Input should be 'auto', 'measured' or 'analytic'"),
         ({"output_token_limit": 300_000}, "output_token_limit"),
     ],
@@ -169,3 +174,34 @@ def test_requests_the_engine_cannot_take_are_refused() -> None:
         e.start_prefill("a", [1] * 131_072, SamplingParams(max_tokens=1))
     with pytest.raises(EngineError, match="unknown request"):
         e.step({"ghost": SamplingParams(max_tokens=1)})
+
+
+def test_on_cpu_it_stands_in_for_a_measured_engine(tmp_path: Path) -> None:
+    document = {
+        "format": FORMAT,
+        "prefill": [[1000, 1.0]],
+        "decode": {"batch": [1], "context": [100], "seconds": [[0.05]]},
+        "worker": render_worker(MeasuredWorker(TANDEM_REFERENCE, 100 * 16384, 16, 64)),
+    }
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(document))
+    cpu = engine(
+        accelerator="cpu", perf_table=str(path), tokens_per_block=16, kv_cache_dtype="auto"
+    )
+    # The table's model: 2 full and 2 window layers of 2 KV heads x 32 dims in float32.
+    assert (cpu.config.architecture, cpu.config.kv_dtype) == (TANDEM_REFERENCE, KvDtype.FP32)
+    # A block is 16 tokens of both full layers: K and V x 2 heads x 32 x 4 B x 2 x 16 =
+    # 16,384 bytes, so the worker's pool is 100 blocks, whatever a GPU would hold.
+    assert (cpu.capacity.blocks, cpu.capacity.block_bytes) == (100, 16384)
+    # 100 tokens: 112 (7 blocks' worth) in each full layer and each window layer, 448 token
+    # slots of 512 bytes: 14 blocks.
+    assert compute_sequence_blocks(cpu.config.perf, cpu.capacity, 100) == 14
+    assert cpu.config.clock.step_seconds([100], ()) == pytest.approx(0.05)
+    # No link rate in the table and no GPU link to fall back on: transfers are free, and
+    # the clock says so.
+    assert cpu.kv_transfer_delay_s(1000) == 0.0
+    assert "KV transfers unpriced" in cpu.config.clock.source
+    without_worker = {k: v for k, v in document.items() if k != "worker"}
+    path.write_text(json.dumps(without_worker))
+    with pytest.raises(SimulatedConfigError, match="measured by `tandem profile`"):
+        engine(accelerator="cpu", perf_table=str(path))

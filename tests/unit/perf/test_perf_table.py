@@ -72,7 +72,7 @@ def test_files_load_and_the_clock_uses_their_link(tmp_path: Path) -> None:
     path.write_text(
         json.dumps(document(kv_transfer_bytes_per_second=1.212678144e9, source="bench, 2026"))
     )
-    clock = build_clock(perf, AcceleratorProfile.B200, table_path=str(path))
+    clock = build_clock(perf, AcceleratorProfile.B200, table=load_perf_table(path))
     assert isinstance(clock, TableClock)
     assert clock.source == "table: bench, 2026"
     # 32k gpt-oss-120b tokens in bf16 are 1,212,678,144 bytes: one second at that rate.

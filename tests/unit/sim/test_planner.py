@@ -192,7 +192,7 @@ def test_setups_from_specs() -> None:
     assert setup.decode_options["tensor_parallel_size"] == 4
     assert setup.decode_options["accelerator"] == "gb200"
     assert setup.min_prefill_tokens == 1024
-    with pytest.raises(PlanSpecError, match=r"accelerator\.profile"):
+    with pytest.raises(PlanSpecError, match=r"^engine\.kind: .*`tandem profile -f FILE"):
         compute_setup(load_inference_cluster(EXAMPLES / "reference-cpu.yaml").spec)
 
 

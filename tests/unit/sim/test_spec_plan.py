@@ -155,7 +155,9 @@ def test_a_spec_the_planner_cannot_read_fails_with_the_reason() -> None:
     )
     plan = plan_spec(spec)
     assert plan.outcome is PlanOutcome.FAILED
-    assert plan.message.startswith("cannot plan: accelerator.profile")
+    # The operator has no table for a reference engine: the reason says how to make one.
+    assert plan.message.startswith("cannot plan: engine.kind: the reference engine has no ")
+    assert "`tandem profile -f FILE -o table.json`" in plan.message
     assert plan.spec_hash == compute_spec_hash(spec) and plan.shape is None
 
 

@@ -21,7 +21,14 @@ from tandem.capacity.models import KvDtype, ModelArchitecture, find_architecture
 from tandem.engines.base import EngineError
 from tandem.perf.clock import ClockChoice, StepClock, build_clock
 from tandem.perf.hardware import performance_for
-from tandem.perf.model import Efficiency, PerfModel
+from tandem.perf.model import (
+    Efficiency,
+    KvCapacity,
+    PerfModel,
+    compute_kv_capacity,
+    compute_pool_capacity,
+)
+from tandem.perf.table import PerfTable, PerfTableError, load_perf_table
 
 # gpt-oss speaks o200k_harmony: its embedding table has 201,088 rows, <|return|> (200002)
 # ends an answer, and ids below 199,998 are ordinary text (the specials come after).
@@ -68,27 +75,38 @@ class SimulatedOptions(BaseModel):
 
 
 class SimulatedConfig:
-    """Validated options plus what they resolve to (architecture, GPU, clock)."""
+    """Validated options plus what they resolve to (architecture, GPU, clock).
+
+    On the cpu profile the engine stands in for a CPU engine measured by ``tandem
+    profile`` (how ``tandem plan`` plans the reference engine): its ``perf_table`` gives
+    the step times, and the table's ``worker`` the model's shape and the KV pool the
+    engine preallocates, where on a GPU profile the capacity model sizes the pool.
+    """
 
     def __init__(self, options: SimulatedOptions) -> None:
         self.options = options
-        architecture = find_architecture(options.model)
+        table = _load_table(options.perf_table)
+        on_cpu = options.accelerator is AcceleratorProfile.CPU
+        worker = table.worker if on_cpu and table is not None else None
+        if on_cpu and worker is None:
+            raise SimulatedConfigError(
+                "option accelerator: the simulated engine models a GPU (gb200, b200, h200 "
+                "or h100); on cpu it stands in for an engine measured by `tandem profile` "
+                "(option perf_table, a table with its worker)"
+            )
+        architecture = (
+            worker.architecture if worker is not None else find_architecture(options.model)
+        )
         if architecture is None:
             raise SimulatedConfigError(
                 f"option model: unknown architecture {options.model!r}; known: gpt-oss-120b, "
                 "gpt-oss-20b"
-            )
-        if options.accelerator is AcceleratorProfile.CPU:
-            raise SimulatedConfigError(
-                "option accelerator: the simulated engine models a GPU (gb200, b200, h200 "
-                "or h100), not cpu"
             )
         if options.output_token_limit > options.vocab_size:
             raise SimulatedConfigError("option output_token_limit must not exceed vocab_size")
         if any(not 0 <= t < options.vocab_size for t in options.answer_prefix):
             raise SimulatedConfigError("option answer_prefix: ids must lie in [0, vocab_size)")
         self.architecture: ModelArchitecture = architecture
-        self.memory: GpuSpec = gpu_for(options.accelerator)
         try:
             self.kv_dtype: KvDtype = parse_kv_dtype(
                 options.kv_cache_dtype, native=architecture.native_kv_dtype
@@ -98,18 +116,45 @@ class SimulatedConfig:
             raise SimulatedConfigError(f"option kv_cache_dtype/efficiency: {exc}") from exc
         self.perf = PerfModel(
             architecture,
-            performance_for(options.accelerator),
+            None if on_cpu else performance_for(options.accelerator),
             options.tensor_parallel_size,
             self.kv_dtype,
             efficiency,
         )
+        # What sizes the KV pool: the GPU's memory (the capacity model), or on cpu the
+        # pool the measured engine preallocates.
+        self._kv_room: GpuSpec | KvCapacity = (
+            gpu_for(options.accelerator)
+            if worker is None
+            else compute_pool_capacity(self.perf, worker.kv_pool_bytes, options.tokens_per_block)
+        )
         try:
             self.clock: StepClock = build_clock(
-                self.perf, options.accelerator, choice=options.clock, table_path=options.perf_table
+                self.perf, options.accelerator, choice=options.clock, table=table
             )
         except ValueError as exc:
             raise SimulatedConfigError(f"option clock/perf_table: {exc}") from exc
         self.max_context = options.max_context or architecture.max_context
+
+    def compute_capacity(
+        self,
+        *,
+        free_gpu_memory_fraction: float = 0.9,
+        max_num_tokens: int = 8192,
+        tokens_per_block: int = 32,
+    ) -> KvCapacity:
+        """The KV pool: the capacity model's (``compute_kv_capacity``, with these
+        arguments) on a GPU; on cpu the measured worker's own, which no argument changes
+        (ValueError when the weights leave no room)."""
+        if isinstance(self._kv_room, KvCapacity):
+            return self._kv_room
+        return compute_kv_capacity(
+            self.perf,
+            self._kv_room,
+            free_gpu_memory_fraction=free_gpu_memory_fraction,
+            max_num_tokens=max_num_tokens,
+            tokens_per_block=tokens_per_block,
+        )
 
     @classmethod
     def from_options(cls, options: Mapping[str, object]) -> SimulatedConfig:
@@ -145,3 +190,12 @@ def render_simulated_options(
     if accelerator is not AcceleratorProfile.CPU:
         defaults["accelerator"] = accelerator.value
     return {**defaults, **options}
+
+
+def _load_table(path: str | None) -> PerfTable | None:
+    if path is None:
+        return None
+    try:
+        return load_perf_table(path)
+    except PerfTableError as exc:
+        raise SimulatedConfigError(f"option perf_table: {exc}") from exc

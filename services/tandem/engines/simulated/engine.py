@@ -46,7 +46,7 @@ from tandem.engines.simulated.tokens import (
     encode_payload,
     hash_prompt,
 )
-from tandem.perf.model import Chunk, KvCapacity, compute_kv_capacity, compute_sequence_blocks
+from tandem.perf.model import Chunk, KvCapacity, compute_sequence_blocks
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +61,7 @@ class SimulatedEngine:
     def __init__(self, config: SimulatedConfig) -> None:
         self.config = config
         options = config.options
-        self.capacity: KvCapacity = compute_kv_capacity(
-            config.perf,
-            config.memory,
+        self.capacity: KvCapacity = config.compute_capacity(
             free_gpu_memory_fraction=options.free_gpu_memory_fraction,
             max_num_tokens=options.max_num_tokens,
             tokens_per_block=options.tokens_per_block,
