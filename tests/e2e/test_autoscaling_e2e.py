@@ -1,4 +1,5 @@
-"""The operator's autoscaler on the real test control plane, driven by a real frontend.
+"""The operator's autoscaler and re-planner on the real test control plane, driven by a
+real frontend.
 
 The simulated pods run no containers, so the frontend whose router metrics drive the
 decisions is a real one on 127.0.0.1: a local ``tandem up`` with null workers (the real
@@ -403,3 +404,65 @@ def test_a_scale_up_that_cannot_be_scheduled_is_reported_and_held(env: Env, name
     finally:
         load.stop()
     print(f"held at {size} replicas while the load asked for 8")
+
+
+def test_the_served_workload_re_plans_the_cluster(env: Env, namespace: str) -> None:
+    # Planned for 8k prompts and 1k answers at 6 req/s: one prefill and one decode worker.
+    # The frontend then serves 2-token prompts and 16-token answers: outside the plan
+    # (beyond 1.5x), so a window (30 s) later the operator plans for what it observed.
+    name = "planned"
+    apply_cluster(env, namespace, name, {
+        "model": {"source": None},  # no model volume in the simulated cluster
+        "prefill": {"replicas": 2, "minReplicas": 0, "maxReplicas": 4},
+        "decode": {"replicas": 2, "minReplicas": 1, "maxReplicas": 4},
+        "slo": {"ttftP90Seconds": 2, "itlP90Seconds": 0.02},
+        "workload": {"isl": 8192, "osl": 1024, "requestsPerSecond": {"max": 6}},
+        "planning": {"mode": "auto", "replan": {"windowSeconds": 30, "minIntervalSeconds": 600}},
+    }, H100_EXAMPLE)  # fmt: skip
+
+    def status() -> Json:
+        found: Json = env.cluster.get_json("ic", name, "-n", namespace).get("status") or {}
+        return found
+
+    eventually(lambda: "shape" in status().get("plan", {}), "the first plan", timeout_s=120)
+    first = status()["plan"]
+    assert status()["workload"]["planned"]["source"] == "spec"
+    eventually(lambda: follows_plan(env, namespace, name, first), "the pools to take the plan")
+
+    load = Load(f"{env.frontend}/v1", max_tokens=16).start(4)
+    try:
+        eventually(
+            lambda: status().get("workload", {}).get("replans") == 1,
+            "a re-plan from the observed workload",
+            timeout_s=150,
+        )
+        workload = status()["workload"]
+        assert workload["planned"]["source"] == "observed"
+        assert workload["planned"]["isl"] <= 16 and workload["planned"]["osl"] <= 16
+        assert workload["observed"]["requests"] >= 30
+        eventually(
+            lambda: (
+                status()["plan"]["specHash"] != first["specHash"] and "shape" in status()["plan"]
+            ),
+            "the plan for the observed workload",
+            timeout_s=120,
+        )
+    finally:
+        load.stop()
+    second = status()["plan"]
+    assert second["outcome"] == "met"
+    eventually(lambda: follows_plan(env, namespace, name, second), "the pools to take the new plan")
+    assert [e["reason"] for e in events(env, namespace, "Replanning")] == ["Replanning"]
+    planned = events(env, namespace, "Planned")
+    assert len(planned) == 2, [e["message"] for e in planned]
+    assert load.failed == [], load.failed[:5]
+    print(f"re-planned from {first['shape']} to {second['shape']}: {workload['observed']}")
+
+
+def follows_plan(env: Env, namespace: str, cluster: str, plan: Json) -> bool:
+    """Both pools at the plan's workers (a pool the plan leaves out at zero)."""
+    prefill = (plan.get("prefill") or {}).get("workers", 0)
+    decode = plan["decode"]["workers"]
+    return follows(env, namespace, cluster, "prefill", prefill) and follows(
+        env, namespace, cluster, "decode", decode
+    )

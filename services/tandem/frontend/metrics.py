@@ -11,9 +11,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.5)
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-# Prompt and answer lengths, 16 to 1M tokens in steps of 2^(1/3) (26%): fine enough that a
-# median read from the buckets lands within a few percent, few enough to scrape cheaply.
-LENGTH_BUCKETS = tuple(round(2 ** (k / 3)) for k in range(12, 61))
+# Prompt and answer lengths, 1 to 1M tokens in steps of 2^(1/3) (26%; whole tokens below
+# 16): fine enough that a median read from the buckets lands within a few percent, few
+# enough to scrape cheaply.
+LENGTH_BUCKETS = tuple(sorted({round(2 ** (k / 3)) for k in range(61)}))
 # The series the operator re-plans from (tandem.sim.workload_observation).
 PROMPT_LENGTH = "tandem_frontend_request_prompt_tokens"
 ANSWER_LENGTH = "tandem_frontend_request_generation_tokens"
