@@ -1,6 +1,6 @@
 """``tandem plan -f FILE --isl N --osl N --rate R --ttft-p90 S --itl-p90-ms MS
-[--max-stall-ms MS] [--perf-table FILE]``: the deployment that meets the SLO on the fewest
-GPUs, with the numbers behind it.
+[--isl-p90 N] [--osl-p90 N] [--max-stall-ms MS] [--perf-table FILE]``: the deployment
+that meets the SLO on the fewest GPUs, with the numbers behind it.
 
 Exit codes: 0 a deployment meets the SLO, 1 none can (the message says why), 2 invalid
 input.
@@ -17,7 +17,7 @@ from tandem.api.v1alpha1 import InferenceCluster
 from tandem.perf.table import PerfTableError
 from tandem.sim.metrics import Slo
 from tandem.sim.plan_document import render_plan_document
-from tandem.sim.planner import Evaluation, Recommendation, Workload, recommend
+from tandem.sim.planner import Evaluation, Lengths, Recommendation, Workload, recommend
 from tandem.sim.plot import PlotUnavailableError, plot_recommendation
 from tandem.sim.scaling_targets import compute_scaling_targets
 from tandem.sim.spec_setup import compute_setup
@@ -31,8 +31,15 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "workload (all five together: recommend a deployment instead of checking the spec's)"
     )
-    group.add_argument("--isl", type=positive_int, help="prompt tokens per request")
-    group.add_argument("--osl", type=positive_int, help="answer tokens per request")
+    group.add_argument("--isl", type=positive_int, help="prompt tokens per request (median)")
+    group.add_argument("--osl", type=positive_int, help="answer tokens per request (median)")
+    group.add_argument(
+        "--isl-p90",
+        type=positive_int,
+        help="optional: the prompts' 90th percentile; lengths are then drawn from the "
+        "log-normal through the median and it",
+    )
+    group.add_argument("--osl-p90", type=positive_int, help="optional: the answers' p90, alike")
     group.add_argument("--rate", type=positive_float, help="requests per second")
     group.add_argument("--ttft-p90", type=positive_float, help="TTFT p90 target, seconds")
     group.add_argument("--itl-p90-ms", type=positive_float, help="ITL p90 target, milliseconds")
@@ -64,7 +71,7 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
 
 
 def wants_recommendation(args: argparse.Namespace) -> bool:
-    optional = ("max_stall_ms", "perf_table")
+    optional = ("max_stall_ms", "perf_table", "isl_p90", "osl_p90")
     return any(getattr(args, flag) is not None for flag in (*WORKLOAD_FLAGS, *optional))
 
 
@@ -81,9 +88,16 @@ def cmd_recommend(args: argparse.Namespace, source: str, cluster: InferenceClust
     except ValueError as exc:
         print(f"error: {source}: spec.{exc}", file=sys.stderr)
         return EXIT_INVALID
+    for flag, median in (("isl", args.isl), ("osl", args.osl)):
+        p90 = getattr(args, f"{flag}_p90")
+        if p90 is not None and p90 < median:
+            print(f"error: --{flag}-p90 {p90} is below --{flag} {median}", file=sys.stderr)
+            return EXIT_INVALID
     stall = None if args.max_stall_ms is None else args.max_stall_ms / 1e3
     slo = Slo(args.ttft_p90, args.itl_p90_ms / 1e3)
-    workload = Workload(args.isl, args.osl, args.rate, slo, stall)
+    workload = Workload(
+        args.isl, args.osl, args.rate, slo, stall, isl_p90=args.isl_p90, osl_p90=args.osl_p90
+    )
     as_json = args.output == "json"
 
     def say(line: str) -> None:
@@ -95,7 +109,8 @@ def cmd_recommend(args: argparse.Namespace, source: str, cluster: InferenceClust
         f"{cluster.metadata.name}: {spec.model.name} on {spec.accelerator.profile.value}, "
         f"prefill TP{limits.prefill_tp} (<= {limits.max_prefill} workers), decode "
         f"TP{limits.decode_tp} (<= {limits.max_decode} workers)\n"
-        f"workload: ISL {workload.isl}, OSL {workload.osl}, {workload.rate:g} requests/s; "
+        f"workload: ISL {_lengths(workload.isl_lengths)}, OSL {_lengths(workload.osl_lengths)}, "
+        f"{workload.rate:g} requests/s; "
         f"SLO {workload.describe_slo()}"
     )
     result = recommend(
@@ -220,3 +235,8 @@ def positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError("must be > 0")
     return value
+
+
+def _lengths(lengths: Lengths) -> str:
+    """``1024`` or ``1024 (p90 4096)``."""
+    return str(lengths.p50) if lengths.p90 is None else f"{lengths.p50} (p90 {lengths.p90})"

@@ -27,7 +27,8 @@ File format (JSON, ``tandem.perf-table/v1``)::
   segment), so attention's growth with context is whatever the measurement shows.
 * ``decode``: the time of one decode step for ``batch`` sequences whose mean context is
   ``context`` tokens, on a grid (``seconds[i][j]`` for ``batch[i]``, ``context[j]``),
-  interpolated bilinearly and extended linearly beyond the grid, like Dynamo's mocker
+  interpolated bilinearly and extended linearly beyond the grid (never below the grid's
+  edge, and flat below its first row and column), like Dynamo's mocker
   reads its measured ITL table.
 * A step with both decode rows and prefill chunks costs the decode time plus the chunks'
   time (what a table of separate measurements can say; the analytic model prices a
@@ -102,12 +103,16 @@ class PerfTable:
 
 
 def _interpolate(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
-    """Piecewise linear through (xs, ys), extended along the end segments; never < 0."""
-    if len(xs) == 1:
+    """Piecewise linear through (xs, ys); past the last point along the last segment, but
+    never below the last measurement, and flat below the first. Noisy measurements (a
+    batch that happened to step faster than a smaller one) would otherwise extrapolate a
+    step time that falls with load, down to zero."""
+    if len(xs) == 1 or x <= xs[0]:
         return ys[0]
-    i = min(max(bisect.bisect_right(xs, x) - 1, 0), len(xs) - 2)
+    i = min(bisect.bisect_right(xs, x) - 1, len(xs) - 2)
     x0, x1, y0, y1 = xs[i], xs[i + 1], ys[i], ys[i + 1]
-    return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+    value = y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return max(ys[-1], value) if x > xs[-1] else value
 
 
 def load_perf_table(path: str | Path) -> PerfTable:

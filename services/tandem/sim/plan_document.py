@@ -68,10 +68,12 @@ PLAN_SCHEMA: dict[str, Any] = {
         "workload": {
             "type": "object",
             "additionalProperties": False,
-            "required": ["isl", "osl", "requestsPerSecond", "slo"],
+            "required": ["isl", "osl", "islP90", "oslP90", "requestsPerSecond", "slo"],
             "properties": {
                 "isl": {"type": "integer", "minimum": 1},
                 "osl": {"type": "integer", "minimum": 1},
+                "islP90": {"type": ["integer", "null"], "minimum": 1},
+                "oslP90": {"type": ["integer", "null"], "minimum": 1},
                 "requestsPerSecond": {"type": "number", "exclusiveMinimum": 0},
                 "slo": {
                     "type": "object",
@@ -106,6 +108,8 @@ def render_plan_document(result: Recommendation, setup: Setup) -> dict[str, Any]
         "workload": {
             "isl": workload.isl,
             "osl": workload.osl,
+            "islP90": workload.isl_p90,
+            "oslP90": workload.osl_p90,
             "requestsPerSecond": workload.rate,
             "slo": {
                 "ttftP90Seconds": workload.slo.ttft_p90_s,

@@ -2,8 +2,9 @@
 
 The search runs candidate deployments in virtual time (``ClusterSim``: the simulated
 engine's scheduler and clock, the router's policy) under the workload's arrivals --
-Poisson at the given rate, fixed ISL and OSL -- and checks the SLO on the requests after
-a warm-up. Like Dynamo's profiler / AIConfigurator, it answers from a performance model,
+Poisson at the given rate, ISL and OSL fixed at their medians or, with a p90 as well,
+drawn from the log-normal through both -- and checks the SLO on the requests after a
+warm-up. Like Dynamo's profiler / AIConfigurator, it answers from a performance model,
 not from the cluster.
 
 The spec's parallelism is a starting point, not a limit: every *shape* -- aggregated
@@ -51,14 +52,56 @@ CANDIDATES_PER_COUNT = 8
 SHORT_STEP_TOKENS = 2048
 
 
+# Log-normal lengths are cut at this many times their p90: a draw from the far tail would
+# be one request longer than anything the workload describes (1 in ~10^4 at p90 = 2x p50).
+TAIL_CUT = 4.0
+Z90 = 1.2815515655446004  # the standard normal's 90th percentile
+
+
+@dataclass(frozen=True, slots=True)
+class Lengths:
+    """Prompt or answer lengths: the median and, optionally, the 90th percentile; with
+    both, the log-normal through them (cut at TAIL_CUT x p90)."""
+
+    p50: int
+    p90: int | None = None
+
+    @property
+    def sigma(self) -> float:
+        return (
+            0.0 if self.p90 is None or self.p90 <= self.p50 else math.log(self.p90 / self.p50) / Z90
+        )
+
+    @property
+    def mean(self) -> float:
+        return self.p50 * math.exp(self.sigma**2 / 2)
+
+    def draw(self, rng: random.Random) -> int:
+        if self.sigma == 0.0:
+            return self.p50
+        length = round(rng.lognormvariate(math.log(self.p50), self.sigma))
+        return max(1, min(length, round(TAIL_CUT * (self.p90 or self.p50))))
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
-    isl: int
-    osl: int
+    isl: int  # median prompt, tokens
+    osl: int  # median answer, tokens
     rate: float  # requests per second
     slo: Slo
     # Each stream's longest gap between two tokens, p90 over requests (None: unbounded).
     max_stall_s: float | None = None
+    # 90th percentiles of the lengths (None: every request has the median length).
+    isl_p90: int | None = None
+    osl_p90: int | None = None
+
+    @property
+    def isl_lengths(self) -> Lengths:
+        return Lengths(self.isl, self.isl_p90)
+
+    @property
+    def osl_lengths(self) -> Lengths:
+        return Lengths(self.osl, self.osl_p90)
 
     def describe_slo(self) -> str:
         if self.max_stall_s is None:
@@ -193,12 +236,14 @@ def count_requests(workload: Workload) -> int:
 
 
 def generate_arrivals(workload: Workload, count: int, seed: int) -> list[SimRequest]:
-    """``count`` Poisson arrivals at ``workload.rate`` (seeded)."""
+    """``count`` Poisson arrivals at ``workload.rate`` (seeded), lengths drawn from the
+    workload's distributions (the medians when they have no p90)."""
     rng = random.Random(seed)
+    prompts, answers = workload.isl_lengths, workload.osl_lengths
     t, out = 0.0, []
     for _ in range(count):
         t += rng.expovariate(workload.rate)
-        out.append(SimRequest(t, workload.isl, workload.osl))
+        out.append(SimRequest(t, prompts.draw(rng), answers.draw(rng)))
     return out
 
 
@@ -286,7 +331,7 @@ def _summarize(
         ttft,
         itl,
         longest_gap,
-        workload.rate * workload.osl / candidate.gpus,
+        workload.rate * workload.osl_lengths.mean / candidate.gpus,
         users[len(users) // 2] if users else 0.0,
         len(judged),
         meets,

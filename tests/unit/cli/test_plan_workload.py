@@ -116,7 +116,7 @@ def test_json_output_is_the_text_recommendation_in_its_documented_schema(
     gpus = "1 GPU" if chosen["gpus"] == 1 else f"{chosen['gpus']} GPUs"
     assert re.search(rf"^recommended: .*, {gpus}$", text, re.MULTILINE), text
     assert document["workload"] == {
-        "isl": 1024, "osl": 32, "requestsPerSecond": 4.0,
+        "isl": 1024, "osl": 32, "islP90": None, "oslP90": None, "requestsPerSecond": 4.0,
         "slo": {"ttftP90Seconds": 0.5, "itlP90Seconds": 0.005, "longestGapP90Seconds": None},
     }  # fmt: skip
     assert chosen["meetsSlo"] and chosen["ttftSeconds"]["p90"] <= 0.5

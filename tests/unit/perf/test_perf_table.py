@@ -49,6 +49,19 @@ def test_decode_is_bilinear_in_batch_and_mean_context() -> None:
     assert table.step_seconds([200], [Chunk(0, 500)]) == pytest.approx(2.0)
 
 
+def test_noisy_measurements_never_extrapolate_a_step_that_gets_cheaper_with_load() -> None:
+    # Batch 4 happened to step faster than batch 2 (a loaded machine): past the grid the
+    # falling segment would reach 0 s at batch 6 and go on down. The last measurement
+    # holds instead, and below the grid the first one does.
+    noisy = {"batch": [2, 4], "context": [100, 300], "seconds": [[0.3, 0.3], [0.2, 0.2]]}
+    table = parse_perf_table(document(decode=noisy))
+    assert table.decode_step([200] * 3) == pytest.approx(0.25)  # inside: as measured
+    assert table.decode_step([200] * 6) == pytest.approx(0.2)
+    assert table.decode_step([200] * 64) == pytest.approx(0.2)
+    assert table.decode_step([200]) == pytest.approx(0.3)  # below the grid: flat
+    assert table.decode_step([10] * 2) == pytest.approx(0.3)
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
