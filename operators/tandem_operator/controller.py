@@ -24,6 +24,7 @@ from tandem_operator.kube.client import (
     BY_KIND,
     COMPUTE_DOMAINS,
     EVENTS,
+    JOBS,
     LEADER_WORKER_SETS,
     ApiError,
     Conflict,
@@ -55,6 +56,18 @@ from tandem_operator.render.placement import (
 )
 from tandem_operator.render.pods import RenderSettings
 from tandem_operator.render.profiles import get_profile
+from tandem_operator.render.profiling import (
+    Profiled,
+    ProfileFailed,
+    Profiling,
+    compute_profile_digest,
+    needs_profile,
+    observe_profile_job,
+    profiled_digest,
+    read_recorded_profile,
+    render_perf_table,
+    render_profile_job,
+)
 from tandem_operator.status.capacity_gate import check_rollout
 from tandem_operator.status.compute import EventRecord, StatusResult, compute_status, status_to_wire
 from tandem_operator.status.observe import (
@@ -77,6 +90,7 @@ Manifest = dict[str, Any]
 # every cluster always has both pools).
 PRUNABLE_KINDS = (
     "ConfigMap",
+    "Job",
     "Service",
     "Deployment",
     "LeaderWorkerSet",
@@ -144,16 +158,18 @@ class Reconciler:
             metrics.RECONCILE_ERRORS.labels("invalid_spec").inc()
             logger.warning("[%s/%s] invalid spec: %s", key[0], key[1], exc)
             return None  # nothing to do until the object changes
-        requeue: float | None = None
         pools: dict[PoolRole, Manifest] = {}
-        plan = self._look_up_plan(key, cr)
+        profile = await self._profile(cr) if self._plans and needs_profile(cr.spec) else None
+        requeue = profile.requeue_s if isinstance(profile, Profiling) else None
+        plan = self._look_up_plan(key, cr, profile)
         # What is rendered: under planning.mode auto the planned shape (spec -> plan -> render).
         shaped = apply_cluster_plan(cr, plan.effective if plan is not None else None)
         # A spec that cannot render or fit its GPUs is not applied at all (capacity_gate).
         failure: Failure | None = check_rollout(shaped)
         try:
             if failure is None:
-                pools, requeue = await self._apply_all(shaped, obj)
+                pools, rotation = await self._apply_all(shaped, obj)
+                requeue = _sooner(requeue, rotation)
         except KindNotServed as exc:
             reason = _MISSING_KIND_REASONS.get(exc.kind, reasons.APPLY_FAILED)
             failure = Failure(reason, _missing_kind_message(exc))
@@ -172,9 +188,12 @@ class Reconciler:
         await self._emit(cr, result.events)
         return requeue
 
-    def _look_up_plan(self, key: Key, cr: InferenceCluster) -> PlanObservation | None:
+    def _look_up_plan(
+        self, key: Key, cr: InferenceCluster, profile: Profiled | ProfileFailed | Profiling | None
+    ) -> PlanObservation | None:
         """The plan for planning modes check and auto; never waits for one (a plan still
-        being made enqueues the cluster once it is ready)."""
+        being made enqueues the cluster once it is ready, and so does a profiling Job
+        that finishes)."""
         if self._plans is None or cr.spec.planning.mode is PlanningMode.OFF:
             return None
         previous = cr.status.plan if cr.status else None
@@ -187,7 +206,49 @@ class Reconciler:
             observed = self._workloads.workload_status(key, cr)
         else:
             observed = None
-        return PlanObservation(self._plans.lookup(key, spec, previous), previous, observed)
+        if isinstance(profile, ProfileFailed | Profiling):
+            return PlanObservation(None, previous, observed, profile)
+        table = profile.table if profile is not None else None
+        return PlanObservation(self._plans.lookup(key, spec, previous, table), previous, observed)
+
+    async def _profile(self, cr: InferenceCluster) -> Profiled | ProfileFailed | Profiling:
+        """The step-time table to plan ``cr`` from: as recorded in its perf-table
+        ConfigMap, else measured by its profiling Job, which this starts (or replaces,
+        when what it profiles changed) and whose outcome it records, once."""
+        namespace, cluster = cr.metadata.namespace or "default", cr.metadata.name
+        digest = compute_profile_digest(cr, self._settings)
+        table = self._caches.of("ConfigMap").get(namespace, names.perf_table_name(cluster))
+        recorded = read_recorded_profile(table, digest)
+        if recorded is not None:
+            return recorded
+        job = self._caches.of("Job").get(namespace, names.profile_job_name(cluster))
+        if job is None:
+            logger.info("[%s/%s] profiling the engine (%s)", namespace, cluster, digest)
+            job = await self._apply(render_profile_job(cr, self._settings))
+        elif profiled_digest(job) != digest:
+            # Its pod template cannot change: the Job goes, and its deletion enqueues the
+            # cluster, whose next reconcile starts the new one.
+            logger.info("[%s/%s] what is profiled changed; profiling again", namespace, cluster)
+            meta = job["metadata"]
+            await self._client.delete(JOBS, namespace, meta["name"], uid=meta.get("uid"))
+            return Profiling(f"profiling again (Job {meta['name']}): what it measures changed")
+        pods = self._caches.of("Pod").for_cluster(namespace, cluster)
+        outcome = observe_profile_job(job, pods, self._now())
+        if isinstance(outcome, Profiling):
+            return outcome
+        await self._apply(render_perf_table(cr, self._settings, outcome))
+        if isinstance(outcome, Profiled):
+            size = len(outcome.table.encode())
+            event = EventRecord(
+                "Normal",
+                reasons.EVENT_PROFILED,
+                f"measured the engine's step times ({size} bytes in ConfigMap "
+                f"{names.perf_table_name(cluster)}); planning from them",
+            )
+        else:
+            event = EventRecord("Warning", reasons.PROFILING_FAILED, outcome.message)
+        await self._emit(cr, [event])
+        return outcome
 
     # ------------------------------------------------------------------ apply
 
@@ -312,6 +373,12 @@ class Reconciler:
         replaced by a LeaderWorkerSet). Only objects owned by this cluster or its pools."""
         namespace = cr.metadata.namespace or "default"
         wanted = {(d["kind"], d["metadata"]["name"]) for d in desired}
+        if self._plans is not None and needs_profile(cr.spec):
+            cluster = cr.metadata.name
+            wanted |= {
+                ("Job", names.profile_job_name(cluster)),
+                ("ConfigMap", names.perf_table_name(cluster)),
+            }
         owners = {cr.metadata.uid, *(p["metadata"]["uid"] for p in pools.values())}
         for kind in PRUNABLE_KINDS:
             for obj in self._caches.of(kind).for_cluster(namespace, cr.metadata.name):
@@ -469,6 +536,10 @@ class Reconciler:
                 )
                 continue
             metrics.EVENTS_EMITTED.labels(event.type).inc()
+
+
+def _sooner(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
 
 
 def _owns_replicas(pool: Manifest) -> bool:

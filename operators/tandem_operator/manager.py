@@ -163,6 +163,8 @@ class Controller:
             k8s.ROLES,
             k8s.ROLE_BINDINGS,
             k8s.NETWORK_POLICIES,
+            # Profiling Jobs: one that finishes enqueues its cluster, which reads its table.
+            k8s.JOBS,
             # Only the credentials Secrets we made are cached (RBAC cannot narrow the
             # watch itself: docs/operator.md says why list/watch on Secrets is needed).
             k8s.SECRETS,

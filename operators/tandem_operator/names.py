@@ -34,8 +34,17 @@ ANNOTATION_ROTATE_CREDENTIALS = "tandem.dev/rotate-credentials"
 ANNOTATION_CREDENTIALS_PHASE = "tandem.dev/credentials-phase"
 ANNOTATION_CREDENTIALS_SINCE = "tandem.dev/credentials-phase-since"
 ANNOTATION_CREDENTIALS_ROTATION = "tandem.dev/credentials-rotation"
+# On the profiling Job and the perf-table ConfigMap: what was profiled (profiling.py).
+ANNOTATION_PROFILE_DIGEST = "tandem.dev/profile-digest"
+# On the perf-table ConfigMap when the profile failed: why, in one line.
+ANNOTATION_PROFILE_FAILURE = "tandem.dev/profile-failure"
+# On the profiling pod: the InferenceCluster it measures, projected as the file
+# `tandem profile -f` reads (the downward API; no ConfigMap to keep in step).
+ANNOTATION_PROFILED_CLUSTER = "tandem.dev/profiled-cluster"
 
 FRONTEND = "frontend"
+PROFILE = "profile"  # the profiling Job's component and role label
+PERF_TABLE_KEY = "table.json"
 
 # Ports of the data-plane contract (see pods.py).
 WORKER_GRPC_PORT = 50051
@@ -63,6 +72,15 @@ def config_map_name(cluster: str) -> str:
 
 def credentials_secret_name(cluster: str) -> str:
     return f"{cluster}-credentials"
+
+
+def profile_job_name(cluster: str) -> str:
+    return f"{cluster}-{PROFILE}"
+
+
+def perf_table_name(cluster: str) -> str:
+    """The ConfigMap holding the step-time table the profiling Job measured."""
+    return f"{cluster}-perf-table"
 
 
 def network_policy_name(cluster: str) -> str:

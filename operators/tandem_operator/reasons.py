@@ -36,6 +36,9 @@ SLO_MET = "SloMet"  # True
 SLO_MISSED = "SloMissed"  # False: the message names each percentile over its target
 PLANNING = "Planning"  # Unknown: the plan for the current spec is being made
 PLANNING_FAILED = "PlanningFailed"  # Unknown: no plan (cannot plan the spec, or gave up)
+# Unknown: the engine has no step-time table yet; its profiling Job measures one.
+PROFILING = "Profiling"
+PROFILING_FAILED = "ProfilingFailed"  # Unknown: the profiling Job failed (not retried)
 
 # Ready=True
 CLUSTER_READY = "ClusterReady"  # every pool and the frontend have all desired replicas ready
@@ -85,3 +88,4 @@ EVENT_RECOVERED = "Recovered"
 EVENT_POOL_RESIZED = "PoolResized"
 EVENT_PLANNED = "Planned"  # a new plan that meets the SLO (else its SloPredicted reason)
 EVENT_REPLANNING = "Replanning"  # the observed workload left the plan: planning for it
+EVENT_PROFILED = "Profiled"  # the profiling Job's table is recorded (else ProfilingFailed)

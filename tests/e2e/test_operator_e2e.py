@@ -200,6 +200,49 @@ def test_reference_cluster_becomes_ready_with_every_child(env: Env, namespace: s
     assert_event(cluster, namespace, name, "Ready")
 
 
+def test_a_planned_reference_cluster_is_profiled_by_a_job(
+    env: Env, namespace: str, tmp_path: Path
+) -> None:
+    """The profiling Job through the real API server, Job controller and the chart's RBAC.
+    kwok completes the Job's pod without running it, so its termination message is empty:
+    the operator must say so once, keep the hand-written shape and not profile again.
+    (The command itself runs in tests/unit/operator/test_profiling.py's terms: the table a
+    real run writes is tests/data/perf-table-smollm2-cpu.json.)"""
+    cluster = env.cluster
+    doc = yaml.safe_load((EXAMPLES / "reference-cpu.yaml").read_text())
+    doc["spec"] |= {
+        "planning": {"mode": "auto"},
+        "slo": {"ttftP90Seconds": 10, "itlP90Seconds": 0.5},
+        "workload": {"isl": 256, "osl": 32, "requestsPerSecond": {"max": 0.2}},
+    }
+    path = tmp_path / "planned.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    name = apply_file(cluster, path, namespace)
+
+    def slo() -> Json:
+        conditions = cluster.ic(namespace, name).get("status", {}).get("conditions", [])
+        return next((c for c in conditions if c["type"] == "SloPredicted"), {})
+
+    eventually(lambda: slo().get("reason") == "ProfilingFailed", "the profile to be judged")
+    assert "termination message is not a table" in slo()["message"]
+    assert "\n" not in slo()["message"]
+    uid = cluster.ic(namespace, name)["metadata"]["uid"]
+    job = cluster.get_json("job", f"{name}-profile", "-n", namespace)
+    assert job["metadata"]["ownerReferences"][0]["uid"] == uid
+    assert job["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    table = cluster.get_json("configmap", f"{name}-perf-table", "-n", namespace)
+    assert table["metadata"]["ownerReferences"][0]["uid"] == uid
+    assert "tandem.dev/profile-failure" in table["metadata"]["annotations"]
+    assert_event(cluster, namespace, name, "ProfilingFailed")
+    wait_ready(cluster, namespace, name)  # the hand-written shape serves meanwhile
+    assert replicas_of(cluster, "deploy", namespace, f"{name}-decode") == 1
+    # Reported once: the same Job, never a second one.
+    assert (
+        cluster.get_json("job", f"{name}-profile", "-n", namespace)["metadata"]["uid"]
+        == (job["metadata"]["uid"])
+    )
+
+
 def test_editing_the_spec_converges(env: Env, namespace: str) -> None:
     cluster = env.cluster
     name = apply_file(cluster, EXAMPLES / "reference-cpu.yaml", namespace)

@@ -122,6 +122,7 @@ SECRETS = Resource("", "v1", "secrets", "Secret")
 NETWORK_POLICIES = Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
 EVENTS = Resource("", "v1", "events", "Event")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+JOBS = Resource("batch", "v1", "jobs", "Job")
 
 BY_KIND: Mapping[str, Resource] = {
     r.kind: r
@@ -138,6 +139,7 @@ BY_KIND: Mapping[str, Resource] = {
         ROLES,
         ROLE_BINDINGS,
         NODES,
+        JOBS,
         COMPUTE_DOMAINS,
         SECRETS,
         NETWORK_POLICIES,

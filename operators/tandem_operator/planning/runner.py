@@ -14,9 +14,11 @@ from collections.abc import Awaitable, Callable, Sequence
 import pydantic
 
 from tandem.api.v1alpha1 import InferenceClusterSpec, PlanStatus
+from tandem.sim.spec_plan import PlanRequest
 
-# What the operator calls to plan a spec; tests pass their own.
-PlanFunction = Callable[[InferenceClusterSpec], Awaitable[PlanStatus]]
+# What the operator calls to plan a spec from a step-time table (its text), if any;
+# tests pass their own.
+PlanFunction = Callable[[InferenceClusterSpec, str | None], Awaitable[PlanStatus]]
 
 PLANNER_ARGV = (sys.executable, "-m", "tandem.sim.spec_plan")
 DEFAULT_TIMEOUT_SECONDS = 120.0
@@ -27,8 +29,9 @@ class PlanningFailed(Exception):
 
 
 class ProcessPlanner:
-    """``await planner(spec)``: the spec's PlanStatus from ``argv`` (spec JSON on stdin,
-    PlanStatus JSON on stdout), or :class:`PlanningFailed` saying why not."""
+    """``await planner(spec, perf_table)``: the spec's PlanStatus from ``argv`` (a
+    PlanRequest on stdin, PlanStatus JSON on stdout), or :class:`PlanningFailed` saying
+    why not."""
 
     def __init__(
         self,
@@ -39,7 +42,8 @@ class ProcessPlanner:
         self._timeout_s = timeout_s
         self._argv = tuple(argv)
 
-    async def __call__(self, spec: InferenceClusterSpec) -> PlanStatus:
+    async def __call__(self, spec: InferenceClusterSpec, perf_table: str | None) -> PlanStatus:
+        request = PlanRequest(spec=spec, perf_table=perf_table)
         try:
             child = await asyncio.create_subprocess_exec(
                 *self._argv,
@@ -51,7 +55,8 @@ class ProcessPlanner:
             raise PlanningFailed(f"the planner did not start: {exc}") from None
         try:
             stdout, stderr = await asyncio.wait_for(
-                child.communicate(spec.model_dump_json(by_alias=True).encode()), self._timeout_s
+                child.communicate(request.model_dump_json(by_alias=True).encode()),
+                self._timeout_s,
             )
         except TimeoutError:
             raise PlanningFailed(f"planning gave up after {self._timeout_s:g} s") from None

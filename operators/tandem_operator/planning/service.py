@@ -42,13 +42,20 @@ class PlanService:
         self._plans: OrderedDict[str, PlanStatus] = OrderedDict()
         # Hashes queued or being planned -> the clusters to enqueue when done.
         self._waiting: dict[str, set[Key]] = {}
-        self._requests: asyncio.Queue[tuple[str, InferenceClusterSpec]] = asyncio.Queue()
+        self._requests: asyncio.Queue[tuple[str, InferenceClusterSpec, str | None]] = (
+            asyncio.Queue()
+        )
 
     def lookup(
-        self, key: Key, spec: InferenceClusterSpec, previous: PlanStatus | None
+        self,
+        key: Key,
+        spec: InferenceClusterSpec,
+        previous: PlanStatus | None,
+        perf_table: str | None = None,
     ) -> PlanStatus | None:
-        """The plan for ``spec`` (planning mode check or auto), or None while it is made."""
-        spec_hash = compute_spec_hash(spec)
+        """The plan for ``spec`` (planning mode check or auto) from the step-time table
+        ``perf_table`` (its text), if any; None while it is made."""
+        spec_hash = compute_spec_hash(spec, perf_table)
         plan = self._plans.get(spec_hash)
         if plan is None:
             plan = _reusable(previous, spec_hash)
@@ -59,7 +66,7 @@ class PlanService:
             return plan
         if spec_hash not in self._waiting:
             self._waiting[spec_hash] = set()
-            self._requests.put_nowait((spec_hash, spec))
+            self._requests.put_nowait((spec_hash, spec, perf_table))
             logger.info("[%s/%s] planning spec %s", key[0], key[1], spec_hash)
         self._waiting[spec_hash].add(key)
         return None
@@ -71,9 +78,9 @@ class PlanService:
 
     async def _work(self) -> None:
         while True:
-            spec_hash, spec = await self._requests.get()
+            spec_hash, spec, perf_table = await self._requests.get()
             try:
-                plan = await self._plan(spec)
+                plan = await self._plan(spec, perf_table)
             except PlanningFailed as exc:
                 plan = describe_failure(spec_hash, spec.planning.mode, str(exc))
             # A failed plan is remembered too: the same spec is not planned again until

@@ -117,6 +117,8 @@ class WorkloadWatcher:
             planned=PlannedWorkload(
                 isl=watch.planned.isl,
                 osl=watch.planned.osl,
+                isl_p90=watch.planned.isl_p90,
+                osl_p90=watch.planned.osl_p90,
                 requests_per_second=watch.planned.requests_per_second,
                 source=watch.source,
                 spec_hash=watch.spec_hash,
@@ -259,6 +261,8 @@ def _restore(spec_hash: str, workload: WorkloadSpec, cr: InferenceCluster) -> _W
         update={
             "isl": last.planned.isl,
             "osl": last.planned.osl,
+            "isl_p90": last.planned.isl_p90,
+            "osl_p90": last.planned.osl_p90,
             "requests_per_second": last.planned.requests_per_second,
         }
     )

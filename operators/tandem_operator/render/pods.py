@@ -31,7 +31,7 @@ from tandem_operator.render.contract import (
     worker_command,
 )
 from tandem_operator.render.credentials import render_credentials_volume
-from tandem_operator.render.model_source import render_model_mount
+from tandem_operator.render.model_source import ModelMount, render_model_mount
 from tandem_operator.render.profiles import (
     HardwareOptions,
     WorkerHardware,
@@ -50,6 +50,7 @@ MIN_STREAM_TOKENS_PER_SECOND = 20
 GRACE_FLOOR_SECONDS = 60
 GRACE_CEILING_SECONDS = 900
 NON_ROOT_UID = 65532
+PROFILED_CLUSTER_FILE = "cluster.json"  # in CONFIG_MOUNT_PATH of the profiling pod
 DRAIN_COMMAND = ["python", "-m", "tandem.admin", "drain", "--socket", names.ADMIN_SOCKET]
 CREDENTIALS_MOUNT = {
     "name": "credentials",
@@ -227,23 +228,63 @@ def _pod_spec(
     return spec
 
 
-def render_worker_pod_template(
-    cr: InferenceCluster, role: PoolRole, settings: RenderSettings, config_hash: str
-) -> Manifest:
-    """The PodTemplateSpec of one pool's workers."""
-    cluster = cr.metadata.name
+@dataclass(frozen=True, slots=True)
+class _WorkerParts:
+    """What a pool's node class decides about a worker's pod: hardware, weights, env."""
+
+    hardware: WorkerHardware
+    model: ModelMount | None
+    env: list[Manifest]
+
+    @property
+    def volumes(self) -> list[Manifest]:
+        model = self.model.volumes if self.model else []
+        return [{"name": "tmp", "emptyDir": {}}, *self.hardware.volumes, *model]
+
+    def container(
+        self,
+        cr: InferenceCluster,
+        settings: RenderSettings,
+        *,
+        command: list[str],
+        mounts: list[Manifest],
+        ports: list[Manifest] | None = None,
+    ) -> Manifest:
+        """The worker container running ``command``, with ``mounts`` before its own."""
+        hardware, model = self.hardware, self.model
+        container: Manifest = {
+            "name": "worker",
+            "image": worker_image(cr, settings),
+            "imagePullPolicy": settings.image_pull_policy,
+            "command": command,
+        }
+        if ports:
+            container["ports"] = ports
+        return container | {
+            "env": self.env,
+            "resources": _with_claims(hardware.resources, hardware.container_claims),
+            "volumeMounts": [
+                *mounts,
+                {"name": "tmp", "mountPath": "/tmp"},
+                *hardware.volume_mounts,
+                *(model.volume_mounts if model else ()),
+            ],
+            "securityContext": _security_context(hardware.non_root, hardware.capabilities),
+        }
+
+
+def _worker_parts(cr: InferenceCluster, role: PoolRole, settings: RenderSettings) -> _WorkerParts:
     pool = pool_spec(cr, role)
     hardware = render_worker_hardware(
         cr.spec.accelerator.profile,
         pool,
         cr.spec.kv_transfer,
-        cluster=cluster,
+        cluster=cr.metadata.name,
         role=role,
         options=settings.hardware,
     )
     # Engines that load weights mount them (the reference engine builds its own).
     model = render_model_mount(cr.spec.model) if cr.spec.engine.kind is EngineKind.TRTLLM else None
-    startup_budget = 900 if get_profile(cr.spec.accelerator.profile).has_gpus else 300
     env = _downward_env(
         ("POD_NAME", "metadata.name"),
         ("POD_NAMESPACE", "metadata.namespace"),
@@ -251,12 +292,32 @@ def render_worker_pod_template(
     )
     env += hardware.env
     env += [e.to_wire() for e in pool.env]
-    container: Manifest = {
-        "name": "worker",
-        "image": worker_image(cr, settings),
-        "imagePullPolicy": settings.image_pull_policy,
-        "command": worker_command(role),
-        "ports": [
+    return _WorkerParts(hardware, model, env)
+
+
+def _with_overlay(cr: InferenceCluster, role: PoolRole, spec: Manifest) -> Manifest:
+    """``spec`` under the pool's own pod template (``podTemplate.spec``), if any."""
+    overlay = pool_spec(cr, role).pod_template.spec
+    return spec if overlay is None else merge_pod_spec(spec, overlay.as_dict())
+
+
+def render_worker_pod_template(
+    cr: InferenceCluster, role: PoolRole, settings: RenderSettings, config_hash: str
+) -> Manifest:
+    """The PodTemplateSpec of one pool's workers."""
+    cluster = cr.metadata.name
+    pool = pool_spec(cr, role)
+    parts = _worker_parts(cr, role, settings)
+    startup_budget = 900 if get_profile(cr.spec.accelerator.profile).has_gpus else 300
+    container = parts.container(
+        cr,
+        settings,
+        command=worker_command(role),
+        mounts=[
+            {"name": "config", "mountPath": names.CONFIG_MOUNT_PATH, "readOnly": True},
+            CREDENTIALS_MOUNT,
+        ],
+        ports=[
             {
                 "name": names.WORKER_GRPC_PORT_NAME,
                 "containerPort": names.WORKER_GRPC_PORT,
@@ -264,24 +325,11 @@ def render_worker_pod_template(
             },
             {"name": "http", "containerPort": names.WORKER_HTTP_PORT, "protocol": "TCP"},
         ],
-        "env": env,
-        "resources": _with_claims(hardware.resources, hardware.container_claims),
-        "volumeMounts": [
-            {"name": "config", "mountPath": names.CONFIG_MOUNT_PATH, "readOnly": True},
-            CREDENTIALS_MOUNT,
-            {"name": "tmp", "mountPath": "/tmp"},
-            *hardware.volume_mounts,
-            *(model.volume_mounts if model else ()),
-        ],
-        "securityContext": _security_context(hardware.non_root, hardware.capabilities),
-        **_probes("http", startup_budget),
-    }
+    ) | _probes("http", startup_budget)
     volumes = [
         _config_volume(cr, role.value),
         render_credentials_volume(cluster),
-        {"name": "tmp", "emptyDir": {}},
-        *hardware.volumes,
-        *(model.volumes if model else ()),
+        *parts.volumes,
     ]
     selector = names.selector_labels(cluster, role.value)
     spec = _pod_spec(
@@ -289,10 +337,9 @@ def render_worker_pod_template(
         volumes=volumes,
         grace=grace_seconds(cr, role.value),
         selector=selector,
-        hardware=hardware,
+        hardware=parts.hardware,
     )
-    if pool.pod_template.spec is not None:
-        spec = merge_pod_spec(spec, pool.pod_template.spec.as_dict())
+    spec = _with_overlay(cr, role, spec)
     labels = {**pool.pod_template.labels, **names.standard_labels(cluster, role.value)}
     annotations = {**pool.pod_template.annotations, names.ANNOTATION_CONFIG_HASH: config_hash}
     if cr.spec.engine.kind is EngineKind.TRTLLM:
@@ -303,6 +350,51 @@ def render_worker_pod_template(
 
 def _with_claims(resources: Manifest, claims: list[Manifest]) -> Manifest:
     return {**resources, "claims": claims} if claims else resources
+
+
+def render_profile_pod_template(
+    cr: InferenceCluster,
+    settings: RenderSettings,
+    command: list[str],
+    cluster_document: str,
+    labels: dict[str, str],
+) -> Manifest:
+    """The pod of the cluster's profiling Job: a decode worker's image, node selector,
+    tolerations, resources, env, model source and pod template overlay, so that it
+    measures the node class the decode workers run on. ``cluster_document`` (what
+    ``command`` reads) is a file projected from the pod's own annotation."""
+    role = PoolRole.DECODE
+    parts = _worker_parts(cr, role, settings)
+    container = parts.container(
+        cr,
+        settings,
+        command=command,
+        mounts=[{"name": "cluster", "mountPath": names.CONFIG_MOUNT_PATH, "readOnly": True}],
+    )
+    # A failed run's last log lines become its termination message, so the operator can
+    # say why; a finished run's message is the table it wrote to terminationMessagePath
+    # (/dev/termination-log by default).
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    cluster_file = {
+        "path": PROFILED_CLUSTER_FILE,
+        "fieldRef": {"fieldPath": f"metadata.annotations['{names.ANNOTATION_PROFILED_CLUSTER}']"},
+    }
+    volumes = [{"name": "cluster", "downwardAPI": {"items": [cluster_file]}}, *parts.volumes]
+    spec = _pod_spec(
+        container=container,
+        volumes=volumes,
+        grace=GRACE_FLOOR_SECONDS,
+        selector=labels,
+        hardware=parts.hardware,
+    )
+    spec["restartPolicy"] = "Never"  # a failed run is the Job's to retry (backoffLimit)
+    return {
+        "metadata": {
+            "labels": labels,
+            "annotations": {names.ANNOTATION_PROFILED_CLUSTER: cluster_document},
+        },
+        "spec": _with_overlay(cr, role, spec),
+    }
 
 
 def render_frontend_pod_template(

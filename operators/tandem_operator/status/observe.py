@@ -22,6 +22,7 @@ from tandem.api.v1alpha1 import (
 )
 from tandem_operator import reasons
 from tandem_operator.render.placement import NvlinkPlacement
+from tandem_operator.render.profiling import ProfileFailed, Profiling
 
 Manifest = dict[str, Any]
 
@@ -83,6 +84,8 @@ class PlanObservation:
     previous: PlanStatus | None
     # Planned against observed workload, when the operator watches the frontends.
     workload: WorkloadStatus | None = None
+    # No table to plan from yet (the reference engine on cpu): profiling, or why not.
+    profile: Profiling | ProfileFailed | None = None
 
     @property
     def effective(self) -> PlanStatus | None:

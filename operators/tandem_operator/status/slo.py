@@ -16,6 +16,7 @@ from tandem.api.v1alpha1 import (
 )
 from tandem.sim.planned_spec import apply_plan
 from tandem_operator import reasons
+from tandem_operator.render.profiling import ProfileFailed, Profiling
 from tandem_operator.status.observe import PlanObservation
 
 _BY_OUTCOME = {
@@ -29,7 +30,11 @@ def compute_slo_condition(
     spec: InferenceClusterSpec, observation: PlanObservation
 ) -> tuple[str, str, str]:
     """(status, reason, message) of ``SloPredicted``."""
-    plan = observation.current
+    plan, profile = observation.current, observation.profile
+    if isinstance(profile, ProfileFailed):
+        return "Unknown", reasons.PROFILING_FAILED, _keeping(spec, observation, profile.message)
+    if isinstance(profile, Profiling):
+        return "Unknown", reasons.PROFILING, _keeping(spec, observation, profile.message)
     if plan is None:
         return "Unknown", reasons.PLANNING, _while_planning(spec, observation.previous)
     status, reason = _BY_OUTCOME[plan.outcome]
@@ -64,6 +69,14 @@ def compute_replan_event(
         f"ISL {planned.isl}, OSL {planned.osl}, up to "
         f"{planned.requests_per_second.max:g} req/s",
     )
+
+
+def _keeping(spec: InferenceClusterSpec, observation: PlanObservation, message: str) -> str:
+    """``message`` and which shape is deployed meanwhile."""
+    previous = observation.previous
+    if previous is not None and apply_plan(spec, previous) is not spec:
+        return f"{message}; the last plan ({previous.shape}) stays deployed"
+    return f"{message}; the hand-written shape is deployed"
 
 
 def _while_planning(spec: InferenceClusterSpec, previous: PlanStatus | None) -> str:

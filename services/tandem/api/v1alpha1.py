@@ -456,11 +456,41 @@ class RequestRateSpec(ApiModel):
 class WorkloadSpec(ApiModel):
     """The traffic the deployment is planned for."""
 
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            "!has(self.islP90) || self.islP90 >= self.isl",
+            "islP90 must be at least isl (the median)",
+            ".islP90",
+        ),
+        CelRule(
+            "!has(self.oslP90) || self.oslP90 >= self.osl",
+            "oslP90 must be at least osl (the median)",
+            ".oslP90",
+        ),
+    )
+
     isl: int = Field(
-        ge=1, le=1_048_576, description="Typical prompt length (input sequence length), tokens."
+        ge=1,
+        le=1_048_576,
+        description="Median prompt length (input sequence length), tokens.",
     )
     osl: int = Field(
-        ge=1, le=1_048_576, description="Typical answer length (output sequence length), tokens."
+        ge=1,
+        le=1_048_576,
+        description="Median answer length (output sequence length), tokens.",
+    )
+    isl_p90: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_048_576,
+        description="90th percentile of prompt lengths: the planner then draws prompts from "
+        "the log-normal through isl and it. Unset: every prompt is isl long.",
+    )
+    osl_p90: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_048_576,
+        description="90th percentile of answer lengths, as islP90.",
     )
     requests_per_second: RequestRateSpec
     prefix_reuse_fraction: float = Field(
@@ -515,7 +545,9 @@ class PlanningSpec(ApiModel):
         "SloPredicted), changing nothing. auto: deploy the shape that meets the SLO on the "
         "fewest GPUs (replicas, tensor parallelism, max_num_tokens and, under autoscaling, "
         "its targets) instead of the hand-written one. check and auto need spec.slo and "
-        "spec.workload; the plan is in status.plan.",
+        "spec.workload; the plan is in status.plan. The reference engine (cpu profile) is "
+        "profiled first by a Job on the decode pool's nodes; its table is ConfigMap "
+        "<cluster>-perf-table.",
     )
     replan: ReplanSpec = Field(default_factory=ReplanSpec)
 
@@ -580,12 +612,21 @@ class InferenceClusterSpec(ApiModel):
             "planning.mode check and auto need a workload: set workload",
             ".workload",
         ),
+        # Planning reads step times: GPU profiles have measured tables for trtllm and
+        # simulated; on cpu the operator profiles the reference engine (a Job).
         CelRule(
-            "self.planning.mode == 'off' || "
-            "(self.engine.kind != 'reference' && self.accelerator.profile != 'cpu')",
-            "planning needs measured GPU step times: the trtllm or simulated engine on a GPU "
-            "profile (the reference engine on CPUs cannot be planned yet)",
-            ".planning.mode",
+            "self.planning.mode == 'off' || self.accelerator.profile != 'cpu' || "
+            "self.engine.kind == 'reference'",
+            "planning on the cpu profile profiles the reference engine; the trtllm and "
+            "simulated engines plan on a GPU profile",
+            ".engine.kind",
+        ),
+        CelRule(
+            "self.planning.mode == 'off' || self.engine.kind != 'reference' || "
+            "self.accelerator.profile == 'cpu'",
+            "planning the reference engine needs the cpu profile, where the operator "
+            "profiles it; GPU profiles plan the trtllm or simulated engine",
+            ".accelerator.profile",
         ),
         CelRule(
             "self.engine.kind == 'reference' || (has(self.model.tokenizer) ? "
@@ -711,6 +752,8 @@ class PlannedWorkload(ApiModel):
 
     isl: int
     osl: int
+    isl_p90: int | None = None
+    osl_p90: int | None = None
     requests_per_second: RequestRateSpec
     source: WorkloadSource
     spec_hash: str = Field(

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 from tandem.api.base import OpenObject
 from tandem.api.v1alpha1 import (
+    EngineKind,
     InferenceCluster,
     InferenceClusterSpec,
     PlannedPool,
@@ -36,9 +37,10 @@ def apply_plan(spec: InferenceClusterSpec, plan: PlanStatus | None) -> Inference
         or plan.decode is None
     ):
         return spec
+    kind = spec.engine.kind
     updates: dict[str, object] = {
-        "prefill": _shape_pool(spec.prefill, plan.prefill),
-        "decode": _shape_pool(spec.decode, plan.decode),
+        "prefill": _shape_pool(spec.prefill, plan.prefill, kind),
+        "decode": _shape_pool(spec.decode, plan.decode, kind),
     }
     targets = plan.autoscaling
     if spec.autoscaling.enabled and targets is not None:
@@ -67,7 +69,7 @@ def apply_plan(spec: InferenceClusterSpec, plan: PlanStatus | None) -> Inference
     return spec.model_copy(update=updates)
 
 
-def _shape_pool(pool: P, planned: PlannedPool | None) -> P:
+def _shape_pool(pool: P, planned: PlannedPool | None, kind: EngineKind) -> P:
     """``pool`` resized to ``planned``; no plan for it: no pool (an aggregated plan's
     decode workers prefill, and the autoscaler may not grow a prefill pool back)."""
     if planned is None:
@@ -86,11 +88,21 @@ def _shape_pool(pool: P, planned: PlannedPool | None) -> P:
             "gpus_per_worker": None,
             "nodes_per_worker": 1,
         }
-    limits = {"max_num_tokens": planned.max_num_tokens, "max_batch_size": planned.max_batch_size}
-    planned_limits = {key: value for key, value in limits.items() if value is not None}
+    planned_limits = {
+        key: value for key, value in _engine_limits(planned, kind).items() if value is not None
+    }
     if planned_limits:
         update["engine_options"] = OpenObject(**{**pool.engine_options.as_dict(), **planned_limits})
     return pool.model_copy(update=update)
+
+
+def _engine_limits(planned: PlannedPool, kind: EngineKind) -> dict[str, int | None]:
+    """The planned step budget and batch cap under the engine's own option names."""
+    if kind is EngineKind.REFERENCE:
+        # Its step budget is max_batch_tokens. It has no batch cap: a step's decode rows
+        # already fit its budget, and an unknown option would stop the worker starting.
+        return {"max_batch_tokens": planned.max_num_tokens}
+    return {"max_num_tokens": planned.max_num_tokens, "max_batch_size": planned.max_batch_size}
 
 
 def apply_cluster_plan(cluster: InferenceCluster, plan: PlanStatus | None) -> InferenceCluster:

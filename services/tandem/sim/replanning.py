@@ -81,16 +81,19 @@ def step(
 
 
 def adopt(planned: WorkloadSpec, seen: ObservedLengths) -> WorkloadSpec:
-    """The workload the next plan is for: the observed median lengths; the planned rate
-    range, raised to the observed rate (two significant digits, rounded up) when that is
-    above it."""
+    """The workload the next plan is for: the observed median and p90 lengths; the planned
+    rate range, raised to the observed rate (two significant digits, rounded up) when that
+    is above it."""
     rate = planned.requests_per_second
     if seen.requests_per_second > rate.max:
         rate = RequestRateSpec(min=rate.min, max=_round_up(seen.requests_per_second))
+    isl, osl = max(1, seen.isl_p50), max(1, seen.osl_p50)
     return planned.model_copy(
         update={
-            "isl": max(1, seen.isl_p50),
-            "osl": max(1, seen.osl_p50),
+            "isl": isl,
+            "osl": osl,
+            "isl_p90": max(isl, seen.isl_p90),
+            "osl_p90": max(osl, seen.osl_p90),
             "requests_per_second": rate,
         }
     )

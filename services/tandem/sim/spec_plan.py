@@ -5,9 +5,10 @@ the fewest GPUs; ``check`` simulates the spec's own shape (``evaluate``) and say
 percentile misses. Both plan at the workload's highest rate. The answer is the API's
 ``PlanStatus``, which the operator stores in status and renders from (``planned_spec``).
 
-``python -m tandem.sim.spec_plan`` reads an InferenceClusterSpec (JSON) on stdin and
-writes its PlanStatus (JSON) on stdout: the operator plans in a process of its own, so a
-plan's seconds of CPU never hold its event loop, and one that runs too long can be killed.
+``python -m tandem.sim.spec_plan`` reads a :class:`PlanRequest` (JSON: the spec and, for
+the reference engine, the step-time table its profiling Job measured) on stdin and writes
+its PlanStatus (JSON) on stdout: the operator plans in a process of its own, so a plan's
+seconds of CPU never hold its event loop, and one that runs too long can be killed.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
+from tandem.api.base import ApiModel
 from tandem.api.v1alpha1 import (
     InferenceClusterSpec,
     PlannedPool,
@@ -46,7 +50,7 @@ PRECISION = 5  # decimals of predicted seconds kept in status (10 us)
 
 
 def compute_workload(spec: InferenceClusterSpec) -> Workload:
-    """The planner's workload: the spec's typical lengths at its highest rate."""
+    """The planner's workload: the spec's lengths at its highest rate."""
     if spec.slo is None or spec.workload is None:
         raise ValueError("planning needs spec.slo and spec.workload")
     slo, load = spec.slo, spec.workload
@@ -56,14 +60,25 @@ def compute_workload(spec: InferenceClusterSpec) -> Workload:
         load.requests_per_second.max,
         Slo(slo.ttft_p90_seconds, slo.itl_p90_seconds),
         slo.longest_gap_p90_seconds,
+        isl_p90=load.isl_p90,
+        osl_p90=load.osl_p90,
     )
 
 
-def compute_spec_hash(spec: InferenceClusterSpec) -> str:
+class PlanRequest(ApiModel):
+    """What the planner process reads: a spec, and the text of the step-time table it is
+    planned from (a ``tandem.perf-table/v1`` document; the reference engine's)."""
+
+    spec: InferenceClusterSpec
+    perf_table: str | None = None
+
+
+def compute_spec_hash(spec: InferenceClusterSpec, perf_table: str | None = None) -> str:
     """A hash of exactly the spec fields a plan reads (``compute_setup`` and the
     workload; the pools' sizes only in check mode, which simulates them): a changed
     image, pod template or frontend replica count plans nothing again. The engine's
-    options are hashed whole, as written, since the planner renders them."""
+    options are hashed whole, as written, since the planner renders them; a new
+    ``perf_table`` (its text) plans again."""
     wire = spec.to_wire()
     pool_keys = ["tensorParallelSize", "maxReplicas", "engineOptions"]
     if spec.planning.mode is PlanningMode.CHECK:
@@ -76,16 +91,29 @@ def compute_spec_hash(spec: InferenceClusterSpec) -> str:
     inputs["disaggregation"] = wire["frontend"]["disaggregation"]
     for role in ("prefill", "decode"):
         inputs[role] = {key: wire[role].get(key) for key in pool_keys}
+    if perf_table is not None:  # absent, not null: specs without a table keep their hash
+        inputs["perfTable"] = hashlib.sha256(perf_table.encode()).hexdigest()
     text = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def plan_spec(spec: InferenceClusterSpec) -> PlanStatus:
-    """The plan for ``spec`` (mode check or auto); seconds of CPU."""
-    spec_hash, mode = compute_spec_hash(spec), spec.planning.mode
+def plan_spec(spec: InferenceClusterSpec, perf_table: str | None = None) -> PlanStatus:
+    """The plan for ``spec`` (mode check or auto) from the table text ``perf_table``, if
+    any; seconds of CPU."""
+    if perf_table is None:
+        return _plan(spec, None, None)
+    # The simulated engines standing in for the workers read their table from a file.
+    with tempfile.TemporaryDirectory(prefix="tandem-plan-") as folder:
+        path = Path(folder) / "table.json"
+        path.write_text(perf_table)
+        return _plan(spec, perf_table, str(path))
+
+
+def _plan(spec: InferenceClusterSpec, perf_table: str | None, path: str | None) -> PlanStatus:
+    spec_hash, mode = compute_spec_hash(spec, perf_table), spec.planning.mode
     try:
         workload = compute_workload(spec)
-        setup, limits = compute_setup(spec)
+        setup, limits = compute_setup(spec, path)
         if mode is PlanningMode.CHECK:
             own = Candidate(
                 spec.prefill.replicas, spec.decode.replicas, limits.prefill_tp, limits.decode_tp
@@ -198,8 +226,9 @@ def _clock_sources(setup: Setup, candidate: Candidate) -> tuple[str, ...]:
 
 
 def main() -> None:
-    spec = InferenceClusterSpec.model_validate_json(sys.stdin.read())
-    sys.stdout.write(plan_spec(spec).model_dump_json(by_alias=True, exclude_none=True))
+    request = PlanRequest.model_validate_json(sys.stdin.read())
+    plan = plan_spec(request.spec, request.perf_table)
+    sys.stdout.write(plan.model_dump_json(by_alias=True, exclude_none=True))
 
 
 if __name__ == "__main__":

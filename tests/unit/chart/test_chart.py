@@ -123,6 +123,8 @@ def test_rbac_is_least_privilege() -> None:
     # deleted (garbage collection follows the owner), never read by name elsewhere.
     assert verbs[("", "secrets")] == {"list", "watch", "create", "patch"}
     assert verbs[("networking.k8s.io", "networkpolicies")] == {"list", "watch", "create", "patch"}
+    # Profiling Jobs: never read by name (an informer caches them), never updated.
+    assert verbs[("batch", "jobs")] == {"list", "watch", "create", "patch", "delete"}
     # Held only so that it can grant frontends exactly this (RBAC escalation rules).
     assert verbs[("discovery.k8s.io", "endpointslices")] == {"list", "watch"}
     # Leases: only in its own namespace (a Role), only its own Lease beyond create.

@@ -36,6 +36,7 @@ from tandem_operator.status.observe import PlanObservation
 from .test_status import NOW, conditions, make_cr, observed
 
 EXAMPLE = Path(__file__).parents[3] / "manifests" / "examples" / "simulated-gpt-oss-120b-gb200.yaml"
+REFERENCE = EXAMPLE.parent / "reference-cpu.yaml"
 KEY: Key = ("ns", "c")
 
 
@@ -51,9 +52,13 @@ def _spec(mode: PlanningMode = PlanningMode.AUTO, rate: float = 2.0) -> Inferenc
     )
 
 
-def _plan(spec: InferenceClusterSpec, outcome: PlanOutcome = PlanOutcome.MET) -> PlanStatus:
+def _plan(
+    spec: InferenceClusterSpec,
+    outcome: PlanOutcome = PlanOutcome.MET,
+    perf_table: str | None = None,
+) -> PlanStatus:
     return PlanStatus(
-        spec_hash=compute_spec_hash(spec), mode=spec.planning.mode, outcome=outcome,
+        spec_hash=compute_spec_hash(spec, perf_table), mode=spec.planning.mode, outcome=outcome,
         shape="2(TP1) agg", decode=PlannedPool(workers=2, tensor_parallel_size=1),
         message=f"planned at {spec.workload.requests_per_second.max if spec.workload else 0:g}",
     )  # fmt: skip
@@ -64,15 +69,17 @@ class SlowPlanner:
 
     def __init__(self) -> None:
         self.asked: list[InferenceClusterSpec] = []
+        self.tables: list[str | None] = []
         self.release = asyncio.Event()
         self.fail: str | None = None
 
-    async def __call__(self, spec: InferenceClusterSpec) -> PlanStatus:
+    async def __call__(self, spec: InferenceClusterSpec, perf_table: str | None) -> PlanStatus:
         self.asked.append(spec)
+        self.tables.append(perf_table)
         await self.release.wait()
         if self.fail is not None:
             raise PlanningFailed(self.fail)
-        return _plan(spec)
+        return _plan(spec, perf_table=perf_table)
 
 
 class Enqueued:
@@ -175,7 +182,7 @@ async def test_a_plan_past_its_limit_is_killed_while_the_loop_runs_on() -> None:
 
     ticker = asyncio.create_task(tick())
     with pytest.raises(PlanningFailed, match=r"planning gave up after 0\.5 s"):
-        await ProcessPlanner(timeout_s=0.5, argv=never)(_spec())
+        await ProcessPlanner(timeout_s=0.5, argv=never)(_spec(), None)
     ticker.cancel()
     assert ticks >= 10  # the event loop kept serving while the plan ran
 
@@ -183,12 +190,12 @@ async def test_a_plan_past_its_limit_is_killed_while_the_loop_runs_on() -> None:
 async def test_a_crashing_planner_says_why() -> None:
     crash = (sys.executable, "-c", "raise SystemExit('no step-time table')")
     with pytest.raises(PlanningFailed, match="exited with 1: no step-time table"):
-        await ProcessPlanner(timeout_s=30, argv=crash)(_spec())
+        await ProcessPlanner(timeout_s=30, argv=crash)(_spec(), None)
 
 
 async def test_the_real_planner_runs_in_a_child_process() -> None:
     spec = _spec(PlanningMode.CHECK)
-    plan = await ProcessPlanner(timeout_s=120)(spec)
+    plan = await ProcessPlanner(timeout_s=120)(spec, None)
     assert plan.spec_hash == compute_spec_hash(spec) and plan.mode is PlanningMode.CHECK
     assert plan.shape == "1P(TP1)+1D(TP1)" and plan.predicted is not None
 
@@ -275,3 +282,17 @@ def test_auto_without_a_deployment_that_meets_keeps_the_hand_written_shape() -> 
 def test_planning_off_has_no_condition_and_no_plan() -> None:
     result = _status(_spec(PlanningMode.OFF), None)
     assert reasons.SLO_PREDICTED not in conditions(result) and result.cluster.plan is None
+
+
+async def test_the_planner_process_plans_from_the_table_it_is_handed() -> None:
+    table = (Path(__file__).parents[2] / "data" / "perf-table-smollm2-cpu.json").read_text()
+    spec = load_inference_cluster(REFERENCE).spec.model_copy(
+        update={
+            "slo": SloSpec(ttft_p90_seconds=10, itl_p90_seconds=0.5),
+            "workload": WorkloadSpec(isl=256, osl=32, requests_per_second=RequestRateSpec(max=0.2)),
+            "planning": PlanningSpec(mode=PlanningMode.AUTO),
+        }
+    )
+    plan = await ProcessPlanner(timeout_s=120)(spec, table)
+    assert plan.spec_hash == compute_spec_hash(spec, table)
+    assert plan.outcome is PlanOutcome.MET, plan.message

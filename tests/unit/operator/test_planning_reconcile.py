@@ -57,7 +57,7 @@ class FakeApiServer:
         meta = {
             **live.get("metadata", {}),
             **obj["metadata"],
-            "uid": f"uid-{key[1]}",
+            "uid": live.get("metadata", {}).get("uid", f"uid-{key[1]}"),  # kept, as a server does
             "generation": live.get("metadata", {}).get("generation", 0) + 1,
             "resourceVersion": str(self.version),
         }

@@ -16,14 +16,18 @@ from tandem.api.v1alpha1 import (
     PlanningSpec,
     PlanOutcome,
     PlanStatus,
+    PoolRole,
     RequestRateSpec,
     SloSpec,
     WorkloadSpec,
 )
 from tandem.api.validate import check_cel_rules, load_inference_cluster
+from tandem.engines.reference.config import ReferenceModelConfig
+from tandem.engines.trtllm.config import pool_engine_options
 from tandem.sim.planned_spec import apply_cluster_plan, apply_plan
 
-EXAMPLE = Path(__file__).parents[3] / "manifests" / "examples" / "simulated-gpt-oss-120b-gb200.yaml"
+EXAMPLES = Path(__file__).parents[3] / "manifests" / "examples"
+EXAMPLE = EXAMPLES / "simulated-gpt-oss-120b-gb200.yaml"
 TARGETS = PlannedTargets(
     prefill_tokens_per_second_per_replica=8000,
     decode_active_sequences_per_replica=12,
@@ -135,3 +139,21 @@ def test_the_cluster_keeps_its_metadata_and_status() -> None:
     planned = apply_cluster_plan(cluster, DISAGGREGATED)
     assert planned.metadata == cluster.metadata and planned.status == cluster.status
     assert planned.spec == apply_plan(cluster.spec, DISAGGREGATED)
+
+
+def test_a_reference_plan_sets_the_step_budget_the_reference_engine_reads() -> None:
+    cluster = load_inference_cluster(EXAMPLES / "reference-cpu.yaml")
+    spec = cluster.spec.model_copy(
+        update={
+            "planning": PlanningSpec(mode=PlanningMode.AUTO),
+            "slo": SloSpec(ttft_p90_seconds=10, itl_p90_seconds=0.5),
+            "workload": WorkloadSpec(isl=256, osl=32, requests_per_second=RequestRateSpec(max=1)),
+        }
+    )
+    decode = PlannedPool(workers=2, tensor_parallel_size=1, max_num_tokens=32, max_batch_size=4)
+    planned = apply_plan(spec, _plan(None, decode))
+    options = pool_engine_options(planned, PoolRole.DECODE)
+    # max_num_tokens is max_batch_tokens there; no batch cap (an unknown option stops it).
+    assert options == {"max_batch_tokens": 32}
+    assert ReferenceModelConfig.from_options(options).max_batch_tokens == 32
+    assert check_cel_rules(cluster.model_copy(update={"spec": planned})) == []

@@ -96,6 +96,7 @@ def test_disabled_reports_but_never_re_plans() -> None:
 def test_the_new_plan_is_for_the_observed_medians_and_a_higher_rate() -> None:
     adopted = adopt(PLANNED, seen(isl=31873, osl=950, rate=2.134))
     assert (adopted.isl, adopted.osl) == (31873, 950)
+    assert (adopted.isl_p90, adopted.osl_p90) == (2 * 31873, 2 * 950)  # seen()'s p90s
     assert adopted.requests_per_second.min == 0.5
     assert adopted.requests_per_second.max == pytest.approx(2.2)  # 2.134 up to 2 digits
 

@@ -169,3 +169,38 @@ def test_the_operator_guide_example_is_valid_and_plans() -> None:
     assert isinstance(cluster, InferenceCluster)
     assert cluster.spec.planning.mode is PlanningMode.AUTO
     assert plan_spec(cluster.spec).outcome is PlanOutcome.MET
+
+
+# A table `tandem profile` measured (SmolLM2 on two cores).
+TABLE = (Path(__file__).parents[2] / "data" / "perf-table-smollm2-cpu.json").read_text()
+
+
+def reference_spec(mode: PlanningMode = PlanningMode.AUTO) -> InferenceClusterSpec:
+    return load_inference_cluster(EXAMPLES / "reference-cpu.yaml").spec.model_copy(
+        update={
+            "slo": SloSpec(ttft_p90_seconds=10, itl_p90_seconds=0.5),
+            "workload": WorkloadSpec(isl=256, osl=32, requests_per_second=RequestRateSpec(max=0.2)),
+            "planning": PlanningSpec(mode=mode),
+        }
+    )
+
+
+def test_a_reference_spec_plans_from_the_table_it_is_handed() -> None:
+    spec = reference_spec()
+    plan = plan_spec(spec, TABLE)
+    assert plan.outcome is PlanOutcome.MET, plan.message
+    assert plan.spec_hash == compute_spec_hash(spec, TABLE)
+    assert [s.split(":")[0] for s in plan.clock_sources] == ["table"]
+    # Without one it is refused, saying how to measure one.
+    unplanned = plan_spec(spec)
+    assert unplanned.outcome is PlanOutcome.FAILED and "tandem profile" in unplanned.message
+
+
+def test_the_hash_covers_the_table_and_a_spec_without_one_keeps_its_hash() -> None:
+    spec = reference_spec()
+    remeasured = TABLE.replace('"prefill": [', '"prefill": [\n    [64, 0.1],', 1)
+    assert remeasured != TABLE
+    hashes = {compute_spec_hash(spec), compute_spec_hash(spec, TABLE),
+              compute_spec_hash(spec, remeasured)}  # fmt: skip
+    assert len(hashes) == 3
+    assert compute_spec_hash(_spec(), None) == compute_spec_hash(_spec())
