@@ -4,12 +4,17 @@
 plan there is for the same hash: a restarted operator does not plan again), or queues the
 spec and answers None; once the plan is made, every cluster that asked for it is
 enqueued, and its next reconcile finds it. Specs with the same hash share one plan.
+
+A spec the planner refuses stays refused until it changes. A plan that did not come back
+(the child timed out or crashed: a busy node, a transient limit) is tried again after
+``retry_s``, and no sooner: the clusters that asked are enqueued then.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -24,6 +29,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_WORKERS = 2
 # Plans remembered; a plan is a few hundred bytes, a hash per distinct planned spec.
 DEFAULT_CAPACITY = 512
+# How long a plan that did not come back is remembered before it is tried again.
+DEFAULT_RETRY_SECONDS = 300.0
 
 
 class PlanService:
@@ -34,12 +41,18 @@ class PlanService:
         *,
         workers: int = DEFAULT_WORKERS,
         capacity: int = DEFAULT_CAPACITY,
+        retry_s: float = DEFAULT_RETRY_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._plan = plan
         self._enqueue = enqueue
         self._workers = workers
         self._capacity = capacity
+        self._retry_s = retry_s
+        self._clock = clock
         self._plans: OrderedDict[str, PlanStatus] = OrderedDict()
+        # Hashes whose plan did not come back -> when they may be tried again.
+        self._retry_at: dict[str, float] = {}
         # Hashes queued or being planned -> the clusters to enqueue when done.
         self._waiting: dict[str, set[Key]] = {}
         self._requests: asyncio.Queue[tuple[str, InferenceClusterSpec, str | None]] = (
@@ -56,6 +69,10 @@ class PlanService:
         """The plan for ``spec`` (planning mode check or auto) from the step-time table
         ``perf_table`` (its text), if any; None while it is made."""
         spec_hash = compute_spec_hash(spec, perf_table)
+        retry_at = self._retry_at.get(spec_hash)
+        if retry_at is not None and self._clock() >= retry_at:
+            del self._retry_at[spec_hash]
+            self._plans.pop(spec_hash, None)
         plan = self._plans.get(spec_hash)
         if plan is None:
             plan = _reusable(previous, spec_hash)
@@ -82,13 +99,20 @@ class PlanService:
             try:
                 plan = await self._plan(spec, perf_table)
             except PlanningFailed as exc:
-                plan = describe_failure(spec_hash, spec.planning.mode, str(exc))
-            # A failed plan is remembered too: the same spec is not planned again until
-            # it changes (or the operator restarts), so a hopeless spec costs one try.
+                message = f"{exc}; planning again in {self._retry_s:g} s"
+                plan = describe_failure(spec_hash, spec.planning.mode, message)
+                self._retry_at[spec_hash] = self._clock() + self._retry_s
+            # A refused spec is remembered too: it is not planned again until it changes
+            # (or the operator restarts), so a hopeless spec costs one try.
             self._remember(spec_hash, plan)
-            for key in self._waiting.pop(spec_hash, set()):
+            keys = self._waiting.pop(spec_hash, set())
+            for key in keys:
                 logger.info("[%s/%s] plan %s: %s", key[0], key[1], spec_hash, plan.message)
                 self._enqueue(key)
+            if spec_hash in self._retry_at:
+                loop = asyncio.get_running_loop()
+                for key in keys:
+                    loop.call_later(self._retry_s, self._enqueue, key)
 
     def _remember(self, spec_hash: str, plan: PlanStatus) -> None:
         self._plans[spec_hash] = plan

@@ -151,19 +151,36 @@ async def test_a_plan_in_status_for_the_same_hash_is_reused_but_not_a_failure(
     assert planner.asked == [other]
 
 
-async def test_a_failed_plan_is_reported_and_remembered(
-    service: tuple[PlanService, SlowPlanner, Enqueued],
-) -> None:
-    plans, planner, enqueued = service
-    planner.fail = "planning gave up after 120 s"
-    planner.release.set()
-    spec = _spec()
-    plans.lookup(KEY, spec, None)
-    await asyncio.wait_for(enqueued.event.wait(), 5)
-    failed = plans.lookup(KEY, spec, None)
-    assert failed is not None and failed.outcome is PlanOutcome.FAILED
-    assert failed.message == "planning gave up after 120 s"
-    assert len(planner.asked) == 1
+async def test_a_plan_that_did_not_come_back_is_reported_and_tried_again_later() -> None:
+    planner, enqueued, now = SlowPlanner(), Enqueued(), [0.0]
+    plans = PlanService(planner, enqueued, retry_s=0.2, clock=lambda: now[0])
+    task = asyncio.create_task(plans.run())
+    try:
+        planner.fail = "planning gave up after 120 s"
+        planner.release.set()
+        spec = _spec()
+        plans.lookup(KEY, spec, None)
+        await asyncio.wait_for(enqueued.event.wait(), 5)
+        failed = plans.lookup(KEY, spec, None)
+        assert failed is not None and failed.outcome is PlanOutcome.FAILED
+        assert failed.message == "planning gave up after 120 s; planning again in 0.2 s"
+        # Not before the interval: the failure is what every lookup gets.
+        assert plans.lookup(KEY, spec, None) == failed
+        assert len(planner.asked) == 1
+        # After it, the cluster is woken and its next lookup plans again.
+        enqueued.event.clear()
+        await asyncio.wait_for(enqueued.event.wait(), 5)
+        assert enqueued.keys == [KEY, KEY]
+        now[0] = 0.2
+        planner.fail = None
+        assert plans.lookup(KEY, spec, None) is None
+        enqueued.event.clear()
+        await asyncio.wait_for(enqueued.event.wait(), 5)
+        planned = plans.lookup(KEY, spec, None)
+        assert planned is not None and planned.outcome is PlanOutcome.MET
+        assert len(planner.asked) == 2
+    finally:
+        task.cancel()
 
 
 # ---------------------------------------------------------------- the child process
