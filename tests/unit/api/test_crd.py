@@ -67,8 +67,11 @@ def test_subresources_and_printer_columns() -> None:
         "statusReplicasPath": ".status.replicas",
         "labelSelectorPath": ".status.selector",
     }
-    columns = [c["name"] for c in ic["versions"][0]["additionalPrinterColumns"]]
+    printed = ic["versions"][0]["additionalPrinterColumns"]
+    columns = [c["name"] for c in printed if not c.get("priority")]
     assert columns == ["Ready", "Prefill", "Decode", "Plan", "SLO", "Endpoint", "Age"]
+    wide = [c["name"] for c in printed if c.get("priority") == 1]  # kubectl get -o wide
+    assert wide == ["Workload", "Replans"]
     assert "ic" in ic["names"]["shortNames"]
     assert "wp" in wp["names"]["shortNames"]
 
