@@ -14,8 +14,9 @@ other ranks. So in each group:
   daemon mpirun starts its ranks through; ready when SSH listens.
 
 mpirun authenticates with a key pair the cluster owner creates once per InferenceCluster
-(Secret ``<cluster>-mpi-ssh`` with ``id_ed25519`` and ``id_ed25519.pub``; the operator has
-no access to Secrets by design). Followers find each other through the LeaderWorkerSet's
+(Secret ``<cluster>-mpi-ssh`` with ``id_ed25519`` and ``id_ed25519.pub``; the operator only
+names it as a pod volume and never reads it: the Secrets it writes are each cluster's mTLS
+credentials, docs/operator.md's RBAC table). Followers find each other through the LeaderWorkerSet's
 per-group headless Service (``UniquePerReplica`` subdomains), which publishes pods before
 they are ready; the pool's own Service keeps routing to ready leaders only.
 """
