@@ -10,7 +10,10 @@ client retries off: scale decode 1 -> 2 -> 1 and delete the prefill pod (zero fa
 requests); a burst of long prompts grows the prefill pool through the in-cluster
 autoscaler and the new pod serves; the leader operator pod is killed and a spec edit still
 converges; ``helm upgrade`` and an engine setting change roll pods (zero failed requests);
-deleting the InferenceCluster leaves no child and no container.
+deleting the InferenceCluster leaves no child and no container. Last, the same cluster
+under ``planning.mode: auto``: its profiling Job runs on the real kubelet, the pools take
+the plan made from that table, and short prompts re-plan it to fewer workers under load
+(zero failed requests).
 
 Tests run in file order and share one installation. Figures (pod create -> Ready, node
 memory, wall time) are printed at the end of the module.
@@ -78,11 +81,13 @@ def long_prompt(tag: str, words: int = 300) -> str:
 @dataclass
 class SteadyLoad:
     """``concurrency`` openai clients sending chat requests back to back (short and long
-    prompts alternating) until stopped; client retries are off, so every failure counts."""
+    prompts alternating, or short ones only) until stopped; client retries are off, so
+    every failure counts."""
 
     base_url: str
     concurrency: int = 2
     max_tokens: int = 4
+    long_prompts: bool = True
     max_requests: int = 2000
     ok: int = 0
     failures: list[str] = field(default_factory=list)
@@ -125,7 +130,7 @@ class SteadyLoad:
                     return
                 self._sent += 1
             n += 1
-            text = long_prompt(f"{index}-{n}") if n % 2 else "Say hello."
+            text = long_prompt(f"{index}-{n}") if n % 2 and self.long_prompts else "Say hello."
             try:
                 reply = client.chat.completions.create(
                     model=NAME,
@@ -681,3 +686,144 @@ def test_deleting_the_cluster_leaves_no_child_and_no_container(journey: Journey)
         return len(listing.stdout.strip().splitlines()) <= 1  # the header only
 
     eventually(no_containers, "every container of the cluster to be gone")
+
+
+# --------------------------------------------------------------------- planning
+
+
+def render_planned_manifest() -> Json:
+    """The CPU example under ``planning.mode: auto``, for an SLO and a workload this CPU
+    meets by the step times measured with the committed SmolLM2 table
+    (tests/data/perf-table-smollm2-cpu.json: a 512-token prompt prefills in ~1.7 s, a
+    decode step takes ~0.1 s): 512-token prompts and 32-token answers at 0.3 req/s, TTFT
+    p90 5 s, ITL p90 300 ms. One worker cannot keep up with that (its prefills stall
+    the streams), so the plan has two or three workers for step times from 0.6x to 1.5x
+    the committed ones; the short prompts the load then sends need one worker (two at
+    1.5x): the re-plan really changes the shape, to fewer workers. Hand-written: one
+    decode worker and no prefill pool, so profiling shares the node with one model
+    loading; autoscaling off, so the pools are exactly the plan's."""
+    doc: Json = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"]["namespace"] = NS
+    spec = doc["spec"]
+    spec["prefill"] |= {"replicas": 0, "minReplicas": 0, "maxReplicas": 2}
+    spec["decode"] |= {"replicas": 1, "minReplicas": 1, "maxReplicas": 2}
+    spec["slo"] = {"ttftP90Seconds": 5, "itlP90Seconds": 0.3}
+    spec["workload"] = {"isl": 512, "osl": 32, "requestsPerSecond": {"max": 0.3}}
+    spec["planning"] = {
+        "mode": "auto",
+        "replan": {"windowSeconds": 30, "minIntervalSeconds": 60},
+    }
+    return doc
+
+
+def planned_workers(plan: Json, role: str) -> int:
+    return int((plan.get(role) or {}).get("workers", 0))
+
+
+def follows_plan(journey: Journey, plan: Json) -> bool:
+    """Both pools at the plan's workers, each pod Ready and none left over (a pool the
+    plan leaves out at zero)."""
+    for role in ("prefill", "decode"):
+        want = planned_workers(plan, role)
+        if journey.pool_replicas(role) != want:
+            return False
+        pods = journey.pods(role)
+        if len(pods) != want or not all(_ready(p) for p in pods) or journey.terminating(role):
+            return False
+    return True
+
+
+def plan_status(journey: Journey) -> Json:
+    status: Json = journey.get("ic", NAME, "-n", NS).get("status") or {}
+    return status
+
+
+def test_a_planned_cluster_is_profiled_on_the_node_then_deployed_as_planned(
+    journey: Journey,
+) -> None:
+    """planning.mode auto on the reference engine: the profiling Job's pod runs
+    ``tandem profile`` on the real kubelet and its table (the termination message) lands
+    in ConfigMap reference-perf-table; the operator plans from it, the pools take the
+    planned shape, the cluster is Ready and answers through port-forward."""
+    started = time.monotonic()
+    journey.kubectl("apply", "-f", "-", input=json.dumps(render_planned_manifest()))
+
+    def profiled() -> bool:
+        found = journey.kubectl("get", "configmap", f"{NAME}-perf-table", "-n", NS, check=False)
+        return found.returncode == 0
+
+    eventually(profiled, "the profiling Job's table", timeout_s=2 * WAIT_S)
+    FIGURES["planned_profile_s"] = round(time.monotonic() - started, 1)
+    table_map = journey.get("configmap", f"{NAME}-perf-table", "-n", NS)
+    assert "tandem.dev/profile-failure" not in table_map["metadata"].get("annotations", {}), (
+        table_map["metadata"]["annotations"]
+    )
+    table = json.loads(table_map["data"]["table.json"])
+    assert table["format"] == "tandem.perf-table/v1" and table["worker"] is not None
+    job = journey.get("job", f"{NAME}-profile", "-n", NS)
+    assert any(c["type"] == "Complete" for c in job["status"]["conditions"])
+    profilers = journey.get("pods", "-n", NS, "-l", f"job-name={NAME}-profile")["items"]
+    assert [p["spec"]["nodeName"] for p in profilers] == [REAL_NODE_NAME]
+    FIGURES["planned_profile_table"] = {"prefill": table["prefill"], "source": table["source"]}
+
+    eventually(lambda: "shape" in plan_status(journey).get("plan", {}), "the plan")
+    plan = plan_status(journey)["plan"]
+    assert plan["outcome"] == "met", plan["message"]
+    assert any("tandem profile" in source for source in plan["clockSources"]), plan
+    workers = planned_workers(plan, "prefill") + planned_workers(plan, "decode")
+    assert workers >= 2, plan["shape"]  # one worker cannot prefill 512-token prompts in time
+    eventually(lambda: follows_plan(journey, plan), f"the pools to take {plan['shape']}")
+    eventually(journey.ic_ready, "Ready at the planned shape")
+    FIGURES["planned_first"] = plan["shape"]
+    FIGURES["planned_ready_s"] = round(time.monotonic() - started, 1)
+    with journey.frontend() as base_url:
+        client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        reply = client.chat.completions.create(
+            model=NAME, messages=[{"role": "user", "content": "Hello"}], max_tokens=8
+        )
+        assert reply.choices[0].message.content
+
+
+def test_the_served_workload_re_plans_and_rolls_without_failing_a_request(
+    journey: Journey,
+) -> None:
+    """Short prompts and 8-token answers, far below the planned 512/32: one window (30 s)
+    later the operator plans for what the frontend measured and rolls the new shape
+    (fewer workers) while the load goes on, with zero failed requests."""
+    first = plan_status(journey)["plan"]
+    with journey.frontend() as base_url:
+        load = SteadyLoad(base_url, concurrency=1, max_tokens=8, long_prompts=False)
+        with load:
+            eventually(
+                lambda: plan_status(journey).get("workload", {}).get("replans") == 1,
+                "a re-plan from the observed workload",
+            )
+            eventually(
+                lambda: (
+                    plan_status(journey)["plan"]["specHash"] != first["specHash"]
+                    and "shape" in plan_status(journey)["plan"]
+                ),
+                "the plan for the observed workload",
+            )
+            second = plan_status(journey)["plan"]
+            eventually(
+                lambda: follows_plan(journey, second), f"the pools to take {second['shape']}"
+            )
+            eventually(journey.ic_ready, "Ready at the new shape")
+            load.wait_for(load.ok + 4)
+    workload = plan_status(journey)["workload"]
+    assert workload["planned"]["source"] == "observed"
+    assert workload["planned"]["isl"] < 512 // 2, workload
+    assert second["outcome"] == "met", second["message"]
+    before = planned_workers(first, "prefill") + planned_workers(first, "decode")
+    after = planned_workers(second, "prefill") + planned_workers(second, "decode")
+    assert after < before, (first["shape"], second["shape"])
+    assert load.failures == [], load.failures
+    assert load.ok >= 4
+    FIGURES["replan"] = {
+        "first": first["shape"],
+        "second": second["shape"],
+        "observed": workload["observed"],
+        "requests_answered": load.ok,
+        "requests_failed": len(load.failures),
+    }

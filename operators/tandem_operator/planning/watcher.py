@@ -64,6 +64,9 @@ class LengthSource(Protocol):
 
 @dataclass(slots=True)
 class _Watch:
+    # The object watched: one deleted and created again under its name between two
+    # scrapes is another cluster, and inherits nothing (adopted workload, re-plans).
+    uid: str | None
     spec_hash: str  # of spec.workload, when ``planned`` was set
     planned: WorkloadSpec
     source: WorkloadSource
@@ -230,6 +233,8 @@ class WorkloadWatcher:
             return None
         spec_hash = compute_workload_hash(spec.workload)
         watch = self._watches.get(key)
+        if watch is not None and watch.uid != cr.metadata.uid:
+            watch = None
         if watch is not None and watch.spec_hash == spec_hash:
             return watch
         if watch is not None:  # spec.workload was edited: plan for it, keep the history
@@ -251,12 +256,13 @@ class WorkloadWatcher:
 def _restore(spec_hash: str, workload: WorkloadSpec, cr: InferenceCluster) -> _Watch:
     """A watch for a cluster this operator has not watched yet: from status when it is
     for this spec.workload (the operator restarted), else from the spec."""
+    uid = cr.metadata.uid
     last = cr.status.workload if cr.status is not None else None
     if last is None:
-        return _Watch(spec_hash, workload, WorkloadSource.SPEC)
+        return _Watch(uid, spec_hash, workload, WorkloadSource.SPEC)
     state = ReplanState(last_replan_at=_parse_time(last.last_replan_time), replans=last.replans)
     if last.planned.spec_hash != spec_hash:
-        return _Watch(spec_hash, workload, WorkloadSource.SPEC, state)
+        return _Watch(uid, spec_hash, workload, WorkloadSource.SPEC, state)
     planned = workload.model_copy(
         update={
             "isl": last.planned.isl,
@@ -266,7 +272,7 @@ def _restore(spec_hash: str, workload: WorkloadSpec, cr: InferenceCluster) -> _W
             "requests_per_second": last.planned.requests_per_second,
         }
     )
-    return _Watch(spec_hash, planned, last.planned.source, state)
+    return _Watch(uid, spec_hash, planned, last.planned.source, state)
 
 
 def _rfc3339(seconds: float) -> str:

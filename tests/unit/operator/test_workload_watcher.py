@@ -177,6 +177,24 @@ async def test_a_lasting_shift_re_plans_for_the_observed_workload_and_survives_a
     assert world.planner.asked[-1].workload == edited.workload
 
 
+async def test_a_cluster_created_again_under_its_name_inherits_no_re_plan() -> None:
+    # Deleted and applied again between two scrapes: the watcher never saw it gone.
+    world = World()
+    await world.watcher.observe_all()
+    await world.traffic(120, isl=1000, osl=250)
+    first = (await world.reconcile_until_planned())["status"]["plan"]["specHash"]
+    await world.traffic(150, isl=32000, osl=1000)
+    cluster = await world.reconcile_until_planned()
+    assert cluster["status"]["workload"]["replans"] == 1
+    assert cluster["status"]["plan"]["specHash"] != first
+    world.put({**cluster, "metadata": {**cluster["metadata"], "uid": "u2"}, "status": {}})
+    cluster = await world.reconcile_until_planned()
+    status = cluster["status"]["workload"]
+    assert (status["planned"]["source"], status["planned"]["isl"]) == ("spec", 1024)
+    assert status["replans"] == 0
+    assert cluster["status"]["plan"]["specHash"] == first  # the plan for spec.workload
+
+
 async def test_a_burst_shorter_than_the_window_plans_nothing_again() -> None:
     world = World()
     await world.watcher.observe_all()
