@@ -47,9 +47,9 @@ def test_prefill_worker_killed_mid_transfer(bed: FaultBed) -> None:
 
 def test_decode_worker_killed_mid_stream(bed: FaultBed) -> None:
     result = run(bed, scenarios.decode_killed_mid_stream)
-    assert result.facts["streams_cut"] >= 1
-    # Every stream cut by the kill ended with an OpenAI error event, not silence.
-    assert result.facts["streams_cut_clean"] == result.facts["streams_cut"]
+    assert result.facts["streams_migrated"] >= 1  # the kill did land mid-stream
+    # Every stream the kill caught went on on the other decode worker: none was cut.
+    assert result.facts["streams_cut"] == 0
     assert result.dropped == 0
 
 

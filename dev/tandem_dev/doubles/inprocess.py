@@ -38,9 +38,16 @@ KV_BLOCK_SIZE = 16
 
 
 def fake_token(prompt: Sequence[int], position: int, seed: int | None) -> int:
-    """The token a fake model generates at ``position`` (0 = first) after ``prompt``."""
-    tail = sum(prompt[-8:]) if prompt else 0
-    return (tail * 31 + len(prompt) * 17 + position * 7 + (seed or 0) * 13) % 94 + 32
+    """The token a fake model generates at ``position`` (0 = first) after ``prompt``.
+
+    Like a real model's greedy choice it is a function of everything before it, so a
+    stream resumed from its prompt plus the tokens already sent (a migration) goes on
+    exactly as it would have."""
+    tail, length = list(prompt[-8:]), len(prompt)
+    for _ in range(position + 1):
+        token = (sum(tail) * 31 + length * 17 + (seed or 0) * 13) % 94 + 32
+        tail, length = [*tail[-7:], token], length + 1
+    return token
 
 
 @dataclass

@@ -220,6 +220,14 @@ class FrontendSpec(ApiModel):
         description="Requests admitted but not yet running, per frontend; beyond it the "
         "frontend answers 429 with Retry-After.",
     )
+    max_migrations: int = Field(
+        default=2,
+        ge=0,
+        le=10,
+        description="How often one stream may move to another decode worker when its own "
+        "fails after the first token (it goes on from the tokens already sent); 0: such a "
+        "stream ends with an error.",
+    )
 
 
 class Toleration(ApiModel):

@@ -41,6 +41,7 @@ class FrontendSettings(_Doc):
     routing_policy: RoutingPolicy = RoutingPolicy.KV_AWARE
     disaggregation: DisaggregationSettings = Field(default_factory=DisaggregationSettings)
     max_queued_requests: int = Field(default=256, ge=1)
+    max_migrations: int = Field(default=2, ge=0)
 
 
 class RouterTuning(_Doc):
@@ -137,6 +138,7 @@ def compute_router_config(config: FrontendConfig) -> RouterConfig:
         health_timeout_seconds=tuning.health_timeout_seconds,
         max_prefill_attempts=tuning.max_prefill_attempts,
         max_decode_attempts=tuning.max_decode_attempts,
+        max_migrations=config.frontend.max_migrations,
     )
 
 
@@ -163,6 +165,7 @@ def render_frontend_config(
                 ),
             ),
             max_queued_requests=spec.frontend.max_queued_requests,
+            max_migrations=spec.frontend.max_migrations,
         ),
         workers=workers,
         kv_transfer_timeout_seconds=spec.kv_transfer.timeout_seconds,

@@ -3,7 +3,14 @@
 - a failed remote prefill moves to another prefill worker, then to local prefill;
 - a decode failure before the first token retries on another decode worker (reusing
   the prefilled KV when the failure was the decode worker's, prefilling locally
-  otherwise); after the first token a failure ends the stream with an error;
+  otherwise);
+- a decode failure after it (the worker died, was drained past its deadline, stalled)
+  *migrates* the stream, up to ``max_migrations`` times: the request goes on as a new one
+  whose prompt is the original prompt plus every token already sent, for the tokens still
+  owed, on another decode worker (routed and prefilled like any request). The client sees
+  one stream with no token repeated or missing; greedy output is the uninterrupted run's,
+  token for token (a sampled one goes on from the same text, with new draws). Past the
+  limit the stream ends with an error;
 - closing the generator (client gone) cancels the worker stream and releases any KV
   still parked on a prefill worker.
 """
@@ -20,7 +27,7 @@ from collections.abc import (
     Coroutine,
     Mapping,
 )
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tandem.api.v1alpha1 import RoutingPolicy
 from tandem.engines.base import FinishReason
@@ -58,6 +65,14 @@ from tandem.router.workers import WorkerState, WorkerTable
 logger = logging.getLogger(__name__)
 
 Spawn = Callable[[Coroutine[object, object, None]], object]
+
+
+class _LostMidStream(Exception):
+    """A decode stream failed after its first token; ``worker`` served it."""
+
+    def __init__(self, worker: str, message: str) -> None:
+        super().__init__(message)
+        self.worker = worker
 
 
 @dataclass(slots=True)
@@ -133,8 +148,50 @@ class Dispatcher:
         self.index.remove(key, unless_incarnation=incarnation)
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
-        """One admitted request: route, prefill, decode, with retries (see module doc)."""
+        """One admitted request: route, prefill, decode, with retries and migrations (see
+        module doc)."""
+        sent: list[int] = []
+        attempt, lost, why = request, None, ""
+        for migration in range(self.config.max_migrations + 1):
+            try:
+                async for chunk in self._serve(attempt, lost_worker=lost):
+                    sent.extend(chunk.token_ids)
+                    # The route is the first chunk's: a migrated stream goes on unannounced.
+                    yield chunk if lost is None else replace(chunk, route=None)
+                return
+            except _LostMidStream as exc:
+                owed = request.sampling.max_tokens - len(sent)
+                if migration == self.config.max_migrations or owed <= 0:
+                    self._metrics.migrations.labels("exhausted").inc()
+                    raise GenerationFailedError(f"{exc} ({migration} migrations)") from exc
+                self._metrics.migrations.labels("resumed").inc()
+                logger.info(
+                    "%s: migrating after %d tokens (%s)", request.request_id, len(sent), exc
+                )
+                lost, why = exc.worker, str(exc)
+                attempt = GenerationRequest(
+                    f"{request.request_id}.m{migration + 1}",
+                    (*request.prompt, *sent),
+                    replace(request.sampling, max_tokens=owed),
+                )
+            except TandemError as exc:
+                if lost is None:
+                    raise  # before any token: the client gets its status
+                # The stream had started: the client can only be told it ended.
+                self._metrics.migrations.labels("failed").inc()
+                raise GenerationFailedError(
+                    f"{why}; resuming it on another decode worker failed: {exc.message}"
+                ) from exc
+
+    async def _serve(
+        self, request: GenerationRequest, *, lost_worker: str | None
+    ) -> AsyncGenerator[GenerationChunk, None]:
+        """One attempt at ``request``: route, prefill, decode, with retries before the
+        first token; :class:`_LostMidStream` after it. ``lost_worker``: a decode worker
+        this request's stream was just lost on, not to be tried again."""
         attempts = _Attempts()
+        if lost_worker is not None:
+            attempts.failed_decode.add(lost_worker)
         try:
             cfg = self.config
             route_request = self._route_request(request)
@@ -471,7 +528,7 @@ class Dispatcher:
         logger.warning("decode on %s failed mid-stream: %s", worker.key, exc.message)
         if kind is WorkerErrorKind.UNAVAILABLE:
             self._mark_failed(worker, exc)
-        raise GenerationFailedError(f"generation failed mid-stream ({kind.value})") from exc
+        raise _LostMidStream(worker.key, f"generation failed mid-stream ({kind.value})") from exc
 
     def _route_info(
         self, decision: RouteDecision, attempts: _Attempts, first: DecodeChunk | None

@@ -26,6 +26,9 @@ class RouterConfig:
     health_timeout_seconds: float = 2.0
     max_prefill_attempts: int = 2
     max_decode_attempts: int = 3
+    # A stream whose decode worker fails after its first token goes on on another one, at
+    # most this many times (0: the stream ends with an error, as before migration).
+    max_migrations: int = 2
     # While the worker set changes (a rollout, a scale-down, a replacement pod) there can
     # be a moment with no usable decode worker: a request waits this long, with health
     # rounds run at once, for one to appear instead of failing.

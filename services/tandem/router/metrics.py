@@ -36,6 +36,14 @@ class RouterMetrics:
             ["stage"],
             registry=registry,
         )
+        self.migrations = Counter(
+            "tandem_router_migrations_total",
+            "Streams whose decode worker failed after the first token: resumed on another "
+            "worker, ended because the request's migration limit was spent (exhausted), or "
+            "ended because no other worker could resume them (failed).",
+            ["outcome"],
+            registry=registry,
+        )
         self.worker_errors = Counter(
             "tandem_router_worker_errors_total",
             "Failed worker calls by stage (prefill|decode|health) and kind.",

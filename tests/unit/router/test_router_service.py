@@ -482,3 +482,33 @@ async def test_queue_gauges_reflect_in_flight_work() -> None:
         await task
         after = fx.metric("tandem_router_queue_depth_tokens", pool="prefill")
     assert (queued, requests, after) == (LONG, 1, 0)
+
+
+async def test_a_stream_whose_decode_worker_fails_goes_on_elsewhere_token_for_token() -> None:
+    # Each decode worker fails once after its first token: the stream moves twice and
+    # the client still gets the uninterrupted run's tokens, none repeated or missing.
+    fx = Fixture({"d1": D, "d2": D})
+    for worker in fx.workers.values():
+        worker.faults.decode_after_first.append(WorkerErrorKind.INTERNAL)
+    req = request(SHORT, max_tokens=8)
+    async with running(fx) as router:
+        chunks = await collect(router, req)
+    assert tokens(chunks) == expected(req)
+    assert [c.route is not None for c in chunks] == [True] + [False] * (len(chunks) - 1)
+    assert fx.metric("tandem_router_migrations_total", outcome="resumed") == 2
+    # Each continuation was prefilled (prompt plus the tokens sent) on the other worker.
+    assert sum(w.local_prefills for w in fx.workers.values()) == 3
+
+
+async def test_past_the_migration_limit_the_stream_ends_with_an_error() -> None:
+    fx = Fixture({"d1": D, "d2": D}, max_migrations=1)
+    for worker in fx.workers.values():
+        worker.faults.decode_after_first.append(WorkerErrorKind.INTERNAL)
+    req = request(SHORT, max_tokens=8)
+    got: list[GenerationChunk] = []
+    async with running(fx) as router:
+        with pytest.raises(GenerationFailedError, match=r"mid-stream .*\(1 migrations\)"):
+            async for chunk in router.generate(req):
+                got.append(chunk)
+    assert tokens(got) == expected(req)[:2]  # one token from each worker, in order
+    assert fx.metric("tandem_router_migrations_total", outcome="exhausted") == 1

@@ -10,7 +10,7 @@ import pytest
 from tandem_dev.faults.load import Outcome, RequestRecord, classify_error, is_openai_error_body
 from tandem_dev.faults.netbed import partition_rules, plan_bed, setup_commands
 from tandem_dev.faults.report import render_table, summarize
-from tandem_dev.faults.scenarios import cut_streams, decisions_note
+from tandem_dev.faults.scenarios import decisions_note, streams_spanning
 
 REQUEST = httpx.Request("POST", "http://f/v1/chat/completions")
 
@@ -71,14 +71,15 @@ def record(i: int, outcome: Outcome, start: float, end: float, first: float | No
     return RequestRecord(i, stream, start, end, outcome, first)
 
 
-def test_cut_streams_are_the_ones_mid_way_at_the_kill() -> None:
+def test_the_streams_a_kill_catches_are_the_ones_mid_way_at_it() -> None:
     records = [
         record(0, Outcome.CLEAN_ERROR, 0.0, 5.2, first=1.0),  # cut
-        record(1, Outcome.ANSWERED, 0.0, 6.0, first=1.0),  # on the other worker
+        record(1, Outcome.ANSWERED, 0.0, 6.0, first=1.0),  # went on (migrated, or elsewhere)
         record(2, Outcome.CLEAN_ERROR, 4.0, 5.5, first=None),  # no token yet
         record(3, Outcome.CLEAN_ERROR, 0.0, 5.1, first=1.0, stream=False),
+        record(4, Outcome.ANSWERED, 0.0, 4.9, first=1.0),  # ended before the kill
     ]
-    assert [r.index for r in cut_streams(records, at=5.0)] == [0]
+    assert [r.index for r in streams_spanning(records, at=5.0)] == [0, 1]
 
 
 def test_counts_and_table() -> None:
