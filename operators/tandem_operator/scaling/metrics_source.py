@@ -22,9 +22,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 
@@ -47,6 +47,8 @@ from tandem_operator.status.observe import observe_pod
 logger = logging.getLogger(__name__)
 
 Manifest = dict[str, Any]
+
+T = TypeVar("T")
 
 SCRAPE_TIMEOUT_SECONDS = 2.0
 WILDCARD = "*"
@@ -111,6 +113,25 @@ def compute_frontend_targets(
     return sorted(targets)
 
 
+async def _ask_each(
+    targets: Sequence[str], ask: Callable[[str], Awaitable[T]]
+) -> tuple[dict[str, T], list[str]]:
+    """``ask`` every frontend at once: the answers by address, and ``"base: why"`` for each
+    that failed to answer (unreachable, timed out, unreadable). A cancellation or any other
+    exception (a bug) is raised for the caller to see."""
+    results = await asyncio.gather(*(ask(base) for base in targets), return_exceptions=True)
+    answers: dict[str, T] = {}
+    failures: list[str] = []
+    for base, result in zip(targets, results, strict=True):
+        if isinstance(result, aiohttp.ClientError | TimeoutError | ValueError):
+            failures.append(f"{base}: {result!r}")
+        elif isinstance(result, BaseException):
+            raise result
+        else:
+            answers[base] = result
+    return answers, failures
+
+
 def no_source_message(cr: InferenceCluster) -> str:
     """Why an out-of-cluster operator cannot autoscale ``cr``, and the flag that fixes it."""
     namespace, name = cr.metadata.namespace or "default", cr.metadata.name
@@ -165,35 +186,16 @@ class MetricsSource:
     async def scrape(
         self, cr: InferenceCluster, frontend_pods: Sequence[Manifest], *, at: float
     ) -> FrontendScrape:
-        targets = compute_frontend_targets(
-            cr, frontend_pods, self._overrides, scrape_pods=self._scrape_pods
-        )
-        if not targets:
-            if self._scrape_pods:
-                raise ScrapeError("no frontend pod is ready", reason=reasons.NO_READY_FRONTEND)
-            raise ScrapeError(no_source_message(cr), reason=reasons.NO_METRICS_SOURCE)
-        results = await asyncio.gather(
-            *(self._scrape_one(base, at) for base in targets), return_exceptions=True
-        )
-        readings, views, failures = [], [], []
-        for base, result in zip(targets, results, strict=True):
-            if isinstance(result, asyncio.CancelledError):
-                raise result
-            if isinstance(result, aiohttp.ClientError | TimeoutError | ValueError):
-                failures.append(f"{base}: {result!r}")
-                continue
-            if isinstance(result, BaseException):
-                raise result  # a bug: let the loop's caller see it
-            readings.append(result[0])
-            views.append(result[1])
-        if not readings:
+        targets = self._targets(cr, frontend_pods)
+        answers, failures = await _ask_each(targets, lambda base: self._scrape_one(base, at))
+        if not answers:
             raise ScrapeError("; ".join(failures))
         if failures:  # partial view: act on the frontends that answered
             logger.warning("some frontends could not be read: %s", "; ".join(failures))
         return FrontendScrape(
-            reading=combine_readings(readings, at=at),
-            worker_loads=combine_worker_loads(views),
-            frontends=len(readings),
+            reading=combine_readings((a[0] for a in answers.values()), at=at),
+            worker_loads=combine_worker_loads(a[1] for a in answers.values()),
+            frontends=len(answers),
         )
 
     async def diverted_prompts(
@@ -202,19 +204,10 @@ class MetricsSource:
         targets = compute_frontend_targets(
             cr, frontend_pods, self._overrides, scrape_pods=self._scrape_pods
         )
-        results = await asyncio.gather(
-            *(self._read_diverted(base) for base in targets), return_exceptions=True
-        )
-        totals: list[float | None] = []
-        for result in results:
-            if isinstance(result, asyncio.CancelledError):
-                raise result
-            if isinstance(result, aiohttp.ClientError | TimeoutError | ValueError):
-                return None  # the next round reports it
-            if isinstance(result, BaseException):
-                raise result
-            totals.append(result)
-        return sum_counter(totals)
+        answers, failures = await _ask_each(targets, self._read_diverted)
+        if failures:
+            return None  # the next round reports it
+        return sum_counter(answers.values())
 
     async def length_counts(
         self, cr: InferenceCluster, frontend_pods: Sequence[Manifest]
@@ -222,6 +215,14 @@ class MetricsSource:
         """Each answering frontend's prompt and answer length histograms, by address
         (``tandem.sim.workload_observation``); raises :class:`ScrapeError` when none
         can be read."""
+        targets = self._targets(cr, frontend_pods)
+        answers, failures = await _ask_each(targets, self._read_lengths)
+        if not answers:
+            raise ScrapeError("; ".join(failures))
+        return answers
+
+    def _targets(self, cr: InferenceCluster, frontend_pods: Sequence[Manifest]) -> list[str]:
+        """The frontends to read; :class:`ScrapeError` saying why when there are none."""
         targets = compute_frontend_targets(
             cr, frontend_pods, self._overrides, scrape_pods=self._scrape_pods
         )
@@ -229,25 +230,10 @@ class MetricsSource:
             if self._scrape_pods:
                 raise ScrapeError("no frontend pod is ready", reason=reasons.NO_READY_FRONTEND)
             raise ScrapeError(no_source_message(cr), reason=reasons.NO_METRICS_SOURCE)
-        results = await asyncio.gather(
-            *(self._get_metrics(base, LENGTH_SERIES) for base in targets), return_exceptions=True
-        )
-        counts, failures = {}, []
-        for base, result in zip(targets, results, strict=True):
-            if isinstance(result, asyncio.CancelledError):
-                raise result
-            if isinstance(result, aiohttp.ClientError | TimeoutError | ValueError):
-                failures.append(f"{base}: {result!r}")
-                continue
-            if isinstance(result, BaseException):
-                raise result
-            try:
-                counts[base] = parse_length_counts(result)
-            except ValueError as exc:
-                failures.append(f"{base}: {exc}")
-        if not counts:
-            raise ScrapeError("; ".join(failures))
-        return counts
+        return targets
+
+    async def _read_lengths(self, base: str) -> LengthCounts:
+        return parse_length_counts(await self._get_metrics(base, LENGTH_SERIES))
 
     async def _read_diverted(self, base: str) -> float | None:
         text = await self._get_metrics(base, {"name[]": DIVERTED_PROMPTS_TOTAL})
