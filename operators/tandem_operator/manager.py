@@ -76,7 +76,7 @@ def missing_crd_message(resource: k8s.Resource) -> str:
 class OperatorOptions:
     kubeconfig: str | None = None
     in_cluster: bool = False
-    namespace: str | None = None  # None: every namespace
+    namespaces: tuple[str, ...] = ()  # (): every namespace
     metrics_host: str = LOOPBACK
     metrics_port: int = OUT_OF_CLUSTER_METRICS_PORT
     leader_election_namespace: str = "tandem-system"
@@ -132,16 +132,29 @@ class Controller:
         self.informers: list[Informer] = []
         self._failing: dict[Key, RecurringProblem] = {}  # clusters whose reconcile fails
         self._options = options
-        ns = options.namespace
+        # A namespaced kind: one informer per watched namespace (RBAC may grant no more),
+        # all filling one store; a cluster-scoped kind (Node): one informer.
+        watched: tuple[str | None, ...] = options.namespaces or (None,)
 
         def informer(
             resource: k8s.Resource,
             on_change: Callable[[Manifest | None, Manifest | None], None],
             **kw: Any,
         ) -> Informer:
-            inf = Informer(client, resource, namespace=ns, on_change=on_change, **kw)
-            self.informers.append(inf)
-            return inf
+            first: Informer | None = None
+            for ns in watched if resource.namespaced else (None,):
+                inf = Informer(
+                    client,
+                    resource,
+                    namespace=ns,
+                    on_change=on_change,
+                    store=first.store if first else None,
+                    **kw,
+                )
+                self.informers.append(inf)
+                first = first or inf
+            assert first is not None
+            return first
 
         clusters = informer(
             k8s.INFERENCE_CLUSTERS,
@@ -352,7 +365,7 @@ async def _serve(client: KubeClient, options: OperatorOptions) -> None:
         options.metrics_port,
         options.leader_election_namespace,
         options.lease_name,
-        options.namespace or "all namespaces",
+        ", ".join(options.namespaces) or "all namespaces",
     )
     try:
         await elector.run(lead)

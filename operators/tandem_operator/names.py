@@ -6,6 +6,9 @@ second replica) computes exactly the same objects: idempotence by construction.
 
 from __future__ import annotations
 
+# FRONTEND_METRICS_PORT: the frontend's /metrics, apart from its API port (the API
+# refuses it as spec.frontend.port).
+from tandem.api.v1alpha1 import FRONTEND_METRICS_PORT as FRONTEND_METRICS_PORT
 from tandem.api.v1alpha1 import PoolRole
 
 FIELD_MANAGER = "tandem-operator"
@@ -50,9 +53,14 @@ PERF_TABLE_KEY = "table.json"
 WORKER_GRPC_PORT = 50051
 WORKER_HTTP_PORT = 9090
 WORKER_GRPC_PORT_NAME = "grpc"
+FRONTEND_METRICS_PORT_NAME = "metrics"  # FRONTEND_METRICS_PORT's name on the container
 
 CONFIG_MOUNT_PATH = "/etc/tandem"
 CREDENTIALS_MOUNT_PATH = "/var/run/tandem/credentials"
+# The frontend's API key Secrets, one directory each: <root>/0 is <cluster>-api-keys,
+# then spec.frontend.apiKeys.secrets in order (not under CONFIG_MOUNT_PATH: a mount
+# point inside the read-only ConfigMap volume could not be created).
+API_KEYS_MOUNT_ROOT = "/var/run/tandem/api-keys"
 # The admin socket (/drain, for the preStop hook) lives in the pod's own /tmp emptyDir.
 ADMIN_SOCKET = "/tmp/tandem-admin.sock"
 
@@ -72,6 +80,10 @@ def config_map_name(cluster: str) -> str:
 
 def credentials_secret_name(cluster: str) -> str:
     return f"{cluster}-credentials"
+
+
+def frontend_network_policy_name(cluster: str) -> str:
+    return f"{cluster}-{FRONTEND}"
 
 
 def profile_job_name(cluster: str) -> str:

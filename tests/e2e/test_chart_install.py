@@ -35,6 +35,7 @@ def release_objects(cluster: DevCluster) -> list[str]:
 def test_install_upgrade_uninstall(k8s_cluster: DevCluster, e2e_cluster: Any) -> None:
     notes = e2e_cluster.helm("install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace")
     assert "kubectl port-forward svc/reference-frontend 8000:8000" in notes
+    assert "export OPENAI_API_KEY=$(tandem keys add reference --tenant me)" in notes
     assert release_objects(k8s_cluster) == [
         "ClusterRole/chart-e2e-tandem-operator",
         "ClusterRoleBinding/chart-e2e-tandem-operator",
@@ -83,3 +84,45 @@ def test_the_crds_apply_from_kubectl_and_helm_alike(k8s_cluster: DevCluster) -> 
         check=False,
     )  # fmt: skip
     assert second.returncode == 0, second.stderr
+
+
+def test_a_namespace_scoped_install_has_no_rights_outside_its_namespaces(
+    k8s_cluster: DevCluster, e2e_cluster: Any
+) -> None:
+    """``operator.watchNamespaces``: Roles in those namespaces, nothing cluster-wide but
+    reading nodes. Asked of the authorizer (``kubectl auth can-i``) and proven by reads
+    with the operator's own ServiceAccount token."""
+    release, namespace, watched = "scoped", "scoped-system", "scoped-serving"
+    k8s_cluster.kubectl("create", "namespace", watched)
+    e2e_cluster.helm(
+        "install", release, str(CHART), "-n", namespace, "--create-namespace",
+        "--set", f"operator.watchNamespaces={{{watched}}}",
+    )  # fmt: skip
+    account = f"system:serviceaccount:{namespace}:{release}-tandem"
+
+    def can(*args: str) -> bool:
+        run = k8s_cluster.kubectl("auth", "can-i", f"--as={account}", *args, check=False)
+        return run.stdout.strip() == "yes"
+
+    try:
+        assert can("list", "secrets", "-n", watched)
+        assert can("create", "roles", "-n", watched)
+        assert can("list", "nodes")
+        for elsewhere in ("default", namespace):
+            assert not can("list", "secrets", "-n", elsewhere)
+            assert not can("get", "secrets", "-n", elsewhere)
+            assert not can("create", "roles", "-n", elsewhere)
+            assert not can("list", "inferenceclusters.tandem.dev", "-n", elsewhere)
+        assert not can("list", "secrets", "--all-namespaces")
+
+        token = k8s_cluster.kubectl(
+            "create", "token", f"{release}-tandem", "-n", namespace, "--duration=10m"
+        ).stdout.strip()
+        as_operator = ("--token", token)  # overrides the admin's token, same server
+        here = k8s_cluster.kubectl("get", "secrets", "-n", watched, *as_operator, check=False)
+        assert here.returncode == 0, here.stderr
+        there = k8s_cluster.kubectl("get", "secrets", "-n", "default", *as_operator, check=False)
+        assert there.returncode != 0 and "Forbidden" in there.stderr
+    finally:
+        e2e_cluster.helm("uninstall", release, "-n", namespace, "--wait")
+        k8s_cluster.kubectl("delete", "namespace", namespace, watched, "--wait=false")

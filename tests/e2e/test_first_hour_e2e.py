@@ -208,8 +208,9 @@ def test_a_newcomers_first_hour(newcomer: Newcomer) -> None:
         assert inactive()["status"] == "False"
         assert (
             "run it with --frontend-metrics-url "
-            "first-hour/reference-autoscaling=http://127.0.0.1:8000 (e.g. through `kubectl "
-            "port-forward -n first-hour svc/reference-autoscaling-frontend 8000`)"
+            "first-hour/reference-autoscaling=http://127.0.0.1:9091 (e.g. through `kubectl "
+            "port-forward -n first-hour deploy/reference-autoscaling-frontend 9091`, the "
+            "frontend's metrics port)"
         ) in inactive()["message"]
         interval = doc["spec"]["autoscaling"].get("intervalSeconds", 5)
         time.sleep(3 * interval)  # three more rounds of the autoscaler

@@ -52,6 +52,10 @@ SYSTEM_NS = "security-e2e-system"
 SERVICE_ACCOUNT = "security-e2e-tandem"
 PROPAGATION_S = 3
 WAIT_S = 60.0
+# Prometheus, as the platform names it with --worker-metrics-from: the one peer besides
+# the cluster's own pods that the policies admit (the operator runs out of the cluster
+# here, so the frontends' metrics port admits no operator pod).
+SCRAPER = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
 Json = dict[str, Any]
 
 
@@ -89,7 +93,10 @@ def env(
         log_path=logs / "operator.log",
         lease_namespace=SYSTEM_NS,
         identity="security",
-        extra_args=[f"--credential-propagation-seconds={PROPAGATION_S}"],
+        extra_args=[
+            f"--credential-propagation-seconds={PROPAGATION_S}",
+            f"--worker-metrics-from={json.dumps([SCRAPER])}",
+        ],
     ).start()
     try:
         operator.wait_ready()
@@ -182,16 +189,39 @@ def test_pods_of_a_cluster_are_admitted_under_restricted_with_its_credentials_an
     assert server_name == f"{name}.tandem.internal"
     for pod in pods:
         (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "credentials"]
-        keys = [item["key"] for item in volume["secret"]["items"]]
-        assert keys == ["ca.crt", "tls.crt", "tls.key"]  # never the next key
+        items = {item["key"]: item["path"] for item in volume["secret"]["items"]}
+        # Each role mounts its own pair as tls.*, never the other's key nor the next one.
+        pair = "frontend" if pod["metadata"]["labels"]["tandem.dev/role"] == "frontend" else "tls"
+        assert items == {"ca.crt": "ca.crt", f"{pair}.crt": "tls.crt", f"{pair}.key": "tls.key"}
 
-    (policy,) = cluster.items(
-        "networkpolicies", "-n", restricted, "-l", f"tandem.dev/cluster={name}"
-    )
-    assert policy["metadata"]["ownerReferences"][0]["uid"] == uid
-    assert policy["spec"]["podSelector"]["matchExpressions"][0]["values"] == ["prefill", "decode"]
-    (rule,) = policy["spec"]["ingress"]
-    assert rule["from"][0]["podSelector"]["matchLabels"] == {"tandem.dev/cluster": name}
+    policies = {
+        p["metadata"]["name"]: p
+        for p in cluster.items(
+            "networkpolicies", "-n", restricted, "-l", f"tandem.dev/cluster={name}"
+        )
+    }
+    assert sorted(policies) == [f"{name}-frontend", f"{name}-workers"]
+    for policy in policies.values():
+        assert policy["metadata"]["ownerReferences"][0]["uid"] == uid
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+    # Workers: everything from the cluster's own pods; the HTTP side port (9090) from the
+    # named scraper.
+    workers = policies[f"{name}-workers"]["spec"]
+    assert workers["podSelector"]["matchExpressions"][0]["values"] == ["prefill", "decode"]
+    peers, scrape = workers["ingress"]
+    assert peers["from"][0]["podSelector"]["matchLabels"] == {"tandem.dev/cluster": name}
+    assert "ports" not in peers
+    assert scrape == {"from": [SCRAPER], "ports": [{"protocol": "TCP", "port": 9090}]}
+    # Frontends: the API port from anywhere (API keys decide who is served), the metrics
+    # port (9091) only from the scraper.
+    frontends = policies[f"{name}-frontend"]["spec"]
+    assert frontends["podSelector"]["matchLabels"] == {
+        "tandem.dev/cluster": name,
+        "tandem.dev/role": "frontend",
+    }
+    api, metrics = frontends["ingress"]
+    assert api == {"ports": [{"protocol": "TCP", "port": 8000}]}
+    assert metrics == {"from": [SCRAPER], "ports": [{"protocol": "TCP", "port": 9091}]}
 
 
 def test_a_rotation_goes_through_its_phases_and_rolls_no_pod(env: Env, restricted: str) -> None:

@@ -4,8 +4,11 @@ users reach it (docs/port-forward.md walks the same steps).
 On the real-node cluster (``real_node_cluster``: kubelet + containerd on this machine,
 the images of ``make images`` imported) and with the CPU example: ``helm install`` (the
 operator runs in-cluster, two replicas, Lease leader election) -> ``kubectl apply`` ->
-``kubectl wait --for=condition=Ready`` -> ``kubectl port-forward svc/...-frontend`` (a
-real subprocess) -> the official ``openai`` client. Then, under steady client load with
+``tandem keys add`` (the frontend requires an API key) -> ``kubectl wait
+--for=condition=Ready`` -> ``kubectl port-forward svc/...-frontend`` (a real subprocess) ->
+the official ``openai`` client with that key; keys are added and revoked while the
+frontend runs (no restart), and /metrics is served only on the frontend's metrics port
+(9091), not on the API port. Then, under steady client load with
 client retries off: scale decode 1 -> 2 -> 1 and delete the prefill pod (zero failed
 requests); a burst of long prompts grows the prefill pool through the in-cluster
 autoscaler and the new pod serves; the leader operator pod is killed and a spec edit still
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -48,6 +52,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "tandem"
 EXAMPLE = REPO / "manifests" / "examples" / "reference-cpu.yaml"
 HELM = Path(sys.executable).parent / "helm"
+TANDEM = Path(sys.executable).parent / "tandem"
 RELEASE = "tandem"
 SYSTEM_NS = "tandem-system"
 NS = "journey"
@@ -55,6 +60,10 @@ NAME = "reference"
 REAL_NODE_NAME = "localhost"
 REPOSITORY, TAG = TANDEM_IMAGE.rsplit(":", 1)
 WAIT_S = 240.0
+# A key added to the Secret works once the kubelet has refreshed the frontend's mounted
+# copy (its sync period, 1 min by default, plus jitter) and the frontend re-read it (5 s).
+KEY_WAIT_S = 180.0
+FRONTEND_METRICS_PORT = 9091
 Json = dict[str, Any]
 RESTRICTED = (
     "pod-security.kubernetes.io/enforce=restricted",
@@ -85,6 +94,7 @@ class SteadyLoad:
     every failure counts."""
 
     base_url: str
+    api_key: str
     concurrency: int = 2
     max_tokens: int = 4
     long_prompts: bool = True
@@ -121,7 +131,7 @@ class SteadyLoad:
 
     def _client(self, index: int) -> None:
         client = openai.OpenAI(
-            base_url=self.base_url, api_key="unused", max_retries=0, timeout=120.0
+            base_url=self.base_url, api_key=self.api_key, max_retries=0, timeout=120.0
         )
         n = 0
         while not self._stop.is_set():
@@ -154,6 +164,34 @@ class Journey:
     cluster: DevCluster
     port_forward: Any
     started: float = field(default_factory=time.monotonic)
+    api_key: str = ""  # the key the journey's clients use (tandem keys add)
+
+    def keys(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``tandem keys ARGS -n journey``, as a user runs it (KUBECONFIG set)."""
+        env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}
+        result = subprocess.run(
+            [str(TANDEM), "keys", *args, "-n", NS],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=env,
+        )
+        assert result.returncode == 0, f"tandem keys {' '.join(args)}:\n{result.stderr}"
+        return result
+
+    def add_key(self, tenant: str, key_id: str) -> str:
+        """``tandem keys add reference --tenant TENANT --id KEY_ID``: the key it printed."""
+        result = self.keys("add", NAME, "--tenant", tenant, "--id", key_id)
+        key = result.stdout.strip()
+        assert key and "\n" not in key, result.stdout
+        assert key_id in result.stderr and key not in result.stderr
+        return key
+
+    def client(self, base_url: str, api_key: str | None = None) -> openai.OpenAI:
+        return openai.OpenAI(
+            base_url=base_url, api_key=api_key or self.api_key, max_retries=0, timeout=60.0
+        )
 
     def kubectl(self, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
         return self.cluster.kubectl(*args, **kw)
@@ -221,8 +259,24 @@ class Journey:
             parts.append(self.kubectl(*args, check=False).stdout)
         return "\n".join(parts)
 
-    def metrics(self, base_url: str) -> str:
-        return httpx.get(base_url.removesuffix("/v1") + "/metrics", timeout=10).text
+    def metrics(self) -> str:
+        """The frontend's /metrics, from its metrics port (9091: not the API port), like
+        ``kubectl port-forward deploy/reference-frontend 9091``."""
+        pod = self.pods("frontend", ready_only=True)[0]["metadata"]["name"]
+        with self.port_forward(
+            self.cluster, f"pod/{pod}", FRONTEND_METRICS_PORT, namespace=NS
+        ) as port:
+            return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+
+
+def key_works(base_url: str, api_key: str) -> bool:
+    """Whether the frontend accepts ``api_key`` (False on 401 only)."""
+    client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=30.0)
+    try:
+        client.models.list()
+    except openai.AuthenticationError:
+        return False
+    return True
 
 
 def _ready(pod: Json) -> bool:
@@ -331,6 +385,9 @@ def test_operator_runs_in_cluster_with_a_leader(journey: Journey) -> None:
 
 def test_apply_and_wait_until_ready(journey: Journey) -> None:
     journey.kubectl("apply", "-f", "-", input=json.dumps(render_cluster_manifest()))
+    # The frontend requires a key: made right after the apply (README), so the Secret is
+    # usually there before the frontend pod mounts it.
+    journey.api_key = journey.add_key("journey", "journey-1")
     # What a user types (docs/port-forward.md, step 1).
     journey.kubectl(
         "wait", "--for=condition=Ready", f"ic/{NAME}", "-n", NS, "--timeout=300s", timeout_s=330
@@ -346,7 +403,9 @@ def test_apply_and_wait_until_ready(journey: Journey) -> None:
 
 def test_openai_client_through_port_forward(journey: Journey) -> None:
     with journey.frontend() as base_url:
-        client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        # The key was made before the frontend started, or the kubelet brings it soon.
+        eventually(lambda: key_works(base_url, journey.api_key), "the key", KEY_WAIT_S)
+        client = journey.client(base_url)
         assert [m.id for m in client.models.list().data] == [NAME]
         reply = client.chat.completions.create(
             model=NAME, messages=[{"role": "user", "content": "Hello"}], max_tokens=8
@@ -379,16 +438,69 @@ def test_openai_client_through_port_forward(journey: Journey) -> None:
         assert bad.value.status_code == 400 and isinstance(bad.value.body, dict)
 
 
+def test_api_keys_are_required_added_and_revoked_without_a_restart(journey: Journey) -> None:
+    """No key: 401; a wrong key: 401; a second key of the same tenant starts working and
+    the first, revoked, stops, while the same frontend pod keeps running. The API port
+    serves no /metrics."""
+    (pod,) = journey.pods("frontend", ready_only=True)
+    before = (pod["metadata"]["uid"], pod["status"]["containerStatuses"][0]["restartCount"])
+    first = journey.api_key
+    with journey.frontend() as base_url:
+        body = {"model": NAME, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+        # The openai client refuses an empty key: a plain request has none.
+        keyless = httpx.post(f"{base_url}/chat/completions", json=body, timeout=30)
+        assert keyless.status_code == 401, keyless.text
+        assert keyless.headers["www-authenticate"].startswith("Bearer")
+        assert keyless.json()["error"]["code"] == "missing_api_key"
+        assert keyless.json()["error"]["type"] == "invalid_request_error"
+        with pytest.raises(openai.AuthenticationError) as wrong:
+            journey.client(base_url, "sk-not-a-key-of-this-cluster").models.list()
+        assert wrong.value.status_code == 401 and wrong.value.code == "invalid_api_key"
+        assert [m.id for m in journey.client(base_url, first).models.list().data] == [NAME]
+
+        # Rotation: a second key for the tenant, then the first one revoked.
+        second = journey.add_key("journey", "journey-2")
+        assert second != first
+        added = time.monotonic()
+        eventually(lambda: key_works(base_url, second), "the second key", KEY_WAIT_S)
+        FIGURES["api_key_added_to_working_s"] = round(time.monotonic() - added, 1)
+        listed = journey.keys("list", NAME).stdout
+        assert "journey-1" in listed and "journey-2" in listed
+        assert first not in listed and second not in listed  # ids only, never keys
+        journey.keys("revoke", NAME, "journey-1")
+        revoked = time.monotonic()
+        eventually(lambda: not key_works(base_url, first), "the revoked key", KEY_WAIT_S)
+        FIGURES["api_key_revoked_to_refused_s"] = round(time.monotonic() - revoked, 1)
+        journey.api_key = second
+        hi: Any = [{"role": "user", "content": "Hi"}]
+        reply = journey.client(base_url).chat.completions.create(
+            model=NAME, messages=hi, max_tokens=2
+        )
+        assert reply.choices[0].finish_reason in ("stop", "length")
+        with pytest.raises(openai.AuthenticationError):
+            journey.client(base_url, first).chat.completions.create(
+                model=NAME, messages=hi, max_tokens=2
+            )
+
+        # /metrics is on the metrics port only (9091), not the API port.
+        assert httpx.get(base_url.removesuffix("/v1") + "/metrics", timeout=10).status_code == 404
+        assert httpx.get(base_url.removesuffix("/v1") + "/healthz", timeout=10).status_code == 200
+    assert "tandem_" in journey.metrics()
+    (pod,) = journey.pods("frontend", ready_only=True)
+    after = (pod["metadata"]["uid"], pod["status"]["containerStatuses"][0]["restartCount"])
+    assert after == before  # keys came and went without a restart
+
+
 def test_metrics_show_remote_prefill_and_kv_moved_between_pods(journey: Journey) -> None:
     with journey.frontend() as base_url:
-        client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        client = journey.client(base_url)
         reply = client.chat.completions.create(
             model=NAME,
             messages=[{"role": "user", "content": long_prompt("metrics")}],
             max_tokens=4,
         )
         assert reply.choices[0].finish_reason in ("stop", "length")
-        text = journey.metrics(base_url)
+    text = journey.metrics()
     assert metric_sum(text, "tandem_router_prefill_decisions_total", path="remote") >= 1
     assert metric_sum(text, "tandem_router_kv_transfer_bytes_total") > 0
 
@@ -435,6 +547,24 @@ def test_only_the_clusters_own_pods_are_served(journey: Journey) -> None:
     Workers listen on their pod IP only; nobody on the network can drain anything."""
     policy = journey.get("networkpolicy", f"{NAME}-workers", "-n", NS)
     assert policy["spec"]["podSelector"]["matchLabels"] == {"tandem.dev/cluster": NAME}
+    # The frontends': the API port from anywhere (keys decide), the metrics port only from
+    # the in-cluster operator's pods (the chart's labels, in its namespace).
+    front = journey.get("networkpolicy", f"{NAME}-frontend", "-n", NS)["spec"]
+    assert front["podSelector"]["matchLabels"]["tandem.dev/role"] == "frontend"
+    api_rule, metrics_rule = front["ingress"]
+    assert api_rule == {"ports": [{"protocol": "TCP", "port": 8000}]}
+    assert metrics_rule["ports"] == [{"protocol": "TCP", "port": FRONTEND_METRICS_PORT}]
+    assert metrics_rule["from"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": SYSTEM_NS}},
+            "podSelector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "tandem",
+                    "app.kubernetes.io/component": "operator",
+                }
+            },
+        }
+    ]
     secret = journey.get("secret", f"{NAME}-credentials", "-n", NS)
     assert set(secret["data"]) >= {"ca.crt", "tls.crt", "tls.key"}
     outsider = journey.get("pods", "-n", SYSTEM_NS, "-l", "app.kubernetes.io/name=tandem")["items"][
@@ -460,7 +590,7 @@ def test_only_the_clusters_own_pods_are_served(journey: Journey) -> None:
 
 
 def test_scale_decode_and_delete_prefill_under_load_loses_nothing(journey: Journey) -> None:
-    with journey.frontend() as base_url, SteadyLoad(base_url) as load:
+    with journey.frontend() as base_url, SteadyLoad(base_url, journey.api_key) as load:
         load.wait_for(4)
         journey.kubectl("scale", "workerpool", f"{NAME}-decode", "-n", NS, "--replicas=2")
         eventually(lambda: len(journey.pods("decode", ready_only=True)) == 2, "2 decode pods")
@@ -494,7 +624,7 @@ def test_a_burst_of_long_prompts_grows_prefill_and_the_new_pod_serves(journey: J
     )
     before = {p["metadata"]["name"] for p in journey.pods("prefill")}
     with journey.frontend() as base_url:
-        burst = SteadyLoad(base_url, concurrency=4, max_tokens=1)
+        burst = SteadyLoad(base_url, journey.api_key, concurrency=4, max_tokens=1)
         with burst:
             eventually(lambda: journey.pool_replicas("prefill") >= 2, "the autoscaler to grow")
             eventually(
@@ -531,8 +661,7 @@ def test_scraped_metric_names_are_saved_and_cover_the_dashboards_list(journey: J
     tests/data/scraped-metric-names.json, which the chart's dashboard test trusts, must
     name nothing they no longer expose (copy the saved file over it after a change)."""
     components: dict[str, set[str]] = {"frontend": set(), "worker": set(), "operator": set()}
-    with journey.frontend() as base_url:
-        components["frontend"] = scraped_names(journey.metrics(base_url))
+    components["frontend"] = scraped_names(journey.metrics())
     for role in ("prefill", "decode"):
         pod = journey.pods(role, ready_only=True)[0]["metadata"]["name"]
         with journey.port_forward(journey.cluster, f"pod/{pod}", 9090, namespace=NS) as port:
@@ -590,7 +719,7 @@ def test_the_standby_operator_takes_over_and_edits_still_converge(journey: Journ
 
 def test_upgrades_roll_pods_without_failing_a_request(journey: Journey) -> None:
     workers_before = {p["metadata"]["name"] for r in ("prefill", "decode") for p in journey.pods(r)}
-    with journey.frontend() as base_url, SteadyLoad(base_url) as load:
+    with journey.frontend() as base_url, SteadyLoad(base_url, journey.api_key) as load:
         load.wait_for(2)
         # The platform team upgrades the release (the operator pods roll; the new leader
         # must not disturb what runs) ...
@@ -777,8 +906,9 @@ def test_a_planned_cluster_is_profiled_on_the_node_then_deployed_as_planned(
     FIGURES["planned_first"] = plan["shape"]
     FIGURES["planned_ready_s"] = round(time.monotonic() - started, 1)
     with journey.frontend() as base_url:
-        client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
-        reply = client.chat.completions.create(
+        # The keys Secret is not the cluster's child: the deletion above left it, and the
+        # new frontend mounts it from the start.
+        reply = journey.client(base_url).chat.completions.create(
             model=NAME, messages=[{"role": "user", "content": "Hello"}], max_tokens=8
         )
         assert reply.choices[0].message.content
@@ -792,7 +922,9 @@ def test_the_served_workload_re_plans_and_rolls_without_failing_a_request(
     (fewer workers) while the load goes on, with zero failed requests."""
     first = plan_status(journey)["plan"]
     with journey.frontend() as base_url:
-        load = SteadyLoad(base_url, concurrency=1, max_tokens=8, long_prompts=False)
+        load = SteadyLoad(
+            base_url, journey.api_key, concurrency=1, max_tokens=8, long_prompts=False
+        )
         with load:
             eventually(
                 lambda: plan_status(journey).get("workload", {}).get("replans") == 1,

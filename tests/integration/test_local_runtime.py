@@ -113,6 +113,7 @@ def test_up_detach_status_openai_down(tmp_path: Path, home: Path) -> None:
                 "--worker-module", NULL_WORKER)  # fmt: skip
     assert up.returncode == 0, up.stdout + up.stderr
     assert "prefill-1" in up.stdout and "endpoint: http://127.0.0.1:" in up.stdout
+    assert "no API keys: the endpoint listens on 127.0.0.1 only" in up.stdout
 
     status = tandem(home, "status", "--json")
     assert status.returncode == 0, status.stderr
@@ -156,9 +157,12 @@ def test_up_detach_status_openai_down(tmp_path: Path, home: Path) -> None:
             with pytest.raises(grpc.RpcError) as refused:
                 stub.Health(pb.HealthRequest(), timeout=5)
             assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
-        with open_sync_channel(address, CredentialStore(credentials)) as member:
-            stub = worker_pb2_grpc.WorkerStub(member)  # type: ignore[no-untyped-call]
-            assert stub.Health(pb.HealthRequest(), timeout=5).worker_id
+        # Each role has its own pair (only workers may pull KV: test_worker_roles.py).
+        for role in ("worker", "frontend"):
+            assert oct((credentials / role).stat().st_mode & 0o777) == "0o700"
+            with open_sync_channel(address, CredentialStore(credentials / role)) as member:
+                stub = worker_pb2_grpc.WorkerStub(member)  # type: ignore[no-untyped-call]
+                assert stub.Health(pb.HealthRequest(), timeout=5).worker_id
 
     pids = recorded_pids(home, "itest")
     again = tandem(home, "up", "-f", str(spec), "--detach")

@@ -72,3 +72,82 @@ The leader Lease's name; `tandem operator run` uses the same default.
 {{- define "tandem.leaseName" -}}
 tandem-operator
 {{- end -}}
+
+{{/*
+The operator's rules on what it manages in a namespace: a ClusterRole's when it watches
+every namespace, a Role's in each of operator.watchNamespaces otherwise. Least privilege:
+each rule lists only the verbs the operator uses (docs/operator.md).
+*/}}
+{{- define "tandem.operatorNamespacedRules" -}}
+  # Read the clusters, write only their status.
+  - apiGroups: ["tandem.dev"]
+    resources: ["inferenceclusters"]
+    verbs: ["list", "watch"]
+  - apiGroups: ["tandem.dev"]
+    resources: ["inferenceclusters/status", "workerpools/status"]
+    verbs: ["patch"]
+  # Owner references with blockOwnerDeletion need update on the owner's finalizers.
+  - apiGroups: ["tandem.dev"]
+    resources: ["inferenceclusters/finalizers", "workerpools/finalizers"]
+    verbs: ["update"]
+  # Server-side apply creates (create) and updates (patch) what it renders.
+  - apiGroups: ["tandem.dev"]
+    resources: ["workerpools"]
+    verbs: ["list", "watch", "create", "patch"]
+  - apiGroups: ["apps"]
+    resources: ["deployments"]
+    verbs: ["list", "watch", "create", "patch", "delete"]
+  - apiGroups: ["leaderworkerset.x-k8s.io"]
+    resources: ["leaderworkersets"]
+    verbs: ["list", "watch", "create", "patch", "delete"]
+  # GB200: one ComputeDomain per cluster (NVIDIA's DRA driver) for multi-node NVLink.
+  - apiGroups: ["resource.nvidia.com"]
+    resources: ["computedomains"]
+    verbs: ["list", "watch", "create", "patch", "delete"]
+  - apiGroups: [""]
+    resources: ["services", "configmaps"]
+    verbs: ["list", "watch", "create", "patch", "delete"]
+  # Each frontend gets its own ServiceAccount and a Role to watch its pools'
+  # EndpointSlices (operator access.py). RBAC lets the operator grant only what it
+  # holds, hence list/watch on endpointslices here too.
+  - apiGroups: [""]
+    resources: ["serviceaccounts"]
+    verbs: ["list", "watch", "create", "patch", "delete"]
+  - apiGroups: ["rbac.authorization.k8s.io"]
+    resources: ["roles", "rolebindings"]
+    verbs: ["list", "watch", "create", "patch", "delete"]
+  - apiGroups: ["discovery.k8s.io"]
+    resources: ["endpointslices"]
+    verbs: ["list", "watch"]
+  - apiGroups: ["policy"]
+    resources: ["poddisruptionbudgets"]
+    verbs: ["list", "watch", "create", "patch", "delete"]
+  # Planning an engine without a step-time database (the reference engine on cpu): one
+  # profiling Job per cluster; deleted when what it profiles changes (its pod template
+  # cannot). Its table is read from the finished pod's status (pods: list/watch above).
+  - apiGroups: ["batch"]
+    resources: ["jobs"]
+    verbs: ["list", "watch", "create", "patch", "delete"]
+  # Each cluster's credentials Secret (its CA bundle and member certificate), created
+  # and rotated by the operator. RBAC cannot narrow list/watch to our own Secrets; the
+  # operator's watch asks for its label only (app.kubernetes.io/managed-by).
+  - apiGroups: [""]
+    resources: ["secrets"]
+    verbs: ["list", "watch", "create", "patch"]
+  # Each cluster's NetworkPolicy: workers accept only their own cluster's pods.
+  - apiGroups: ["networking.k8s.io"]
+    resources: ["networkpolicies"]
+    verbs: ["list", "watch", "create", "patch"]
+  # The autoscaler (builtin mode) resizes pools through /scale, as HPA or KEDA would.
+  - apiGroups: ["tandem.dev"]
+    resources: ["workerpools/scale"]
+    verbs: ["patch"]
+  # Pods: their conditions explain why a pool is short (InsufficientGPU); the only write
+  # is the autoscaler's pod-deletion-cost annotation, so a scale-down removes idle workers.
+  - apiGroups: [""]
+    resources: ["pods"]
+    verbs: ["list", "watch", "patch"]
+  - apiGroups: [""]
+    resources: ["events"]
+    verbs: ["create"]
+{{- end }}

@@ -96,6 +96,18 @@ SECTIONS = (
         900,
     ),
     Section(
+        "tenants",
+        "Tenant queues: a light tenant's TTFT while a heavy tenant offers 10x capacity "
+        "(simulated GB200)",
+        "tandem_dev.bench.tenants",
+        "One aggregated simulated gpt-oss-120b worker behind the real frontend with API "
+        "keys for two tenants of equal weight: the light tenant's TTFT alone and while the "
+        "heavy tenant offers 10x the measured capacity, with the frontend's tenant queues "
+        "(`router.dispatchDepth` 2) and without them (every request straight to the "
+        "worker's FIFO), each on a fresh frontend over the same worker (issue 34).",
+        1200,
+    ),
+    Section(
         "faults",
         "Fault suite: every request counted (data plane)",
         "tandem_dev.bench.faults",

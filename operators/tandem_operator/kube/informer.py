@@ -132,13 +132,15 @@ class Store:
                     del self._by_cluster[(key[0], cluster)]
 
     def replace_all(
-        self, objects: Iterable[Manifest]
+        self, objects: Iterable[Manifest], namespace: str | None = None
     ) -> list[tuple[Manifest | None, Manifest | None]]:
-        """Swap in a fresh list; returns the (old, new) changes it implies."""
+        """Swap in a fresh list of ``namespace``'s objects (None: every namespace's);
+        returns the (old, new) changes it implies. Informers of several namespaces
+        share one store, each replacing only its own part."""
         fresh = {key_of(o): o for o in objects}
         changes: list[tuple[Manifest | None, Manifest | None]] = []
         for key in list(self._objects):
-            if key not in fresh:
+            if key not in fresh and namespace in (None, key[0]):
                 changes.append((self.remove(*key), None))
         for obj in fresh.values():
             old = self.upsert(obj)
@@ -161,16 +163,20 @@ class Informer:
         keep_managed_fields: bool = False,
         optional: bool = False,
         missing_message: str | None = None,
+        store: Store | None = None,
     ) -> None:
         """``optional``: a kind the API server may not serve (its CRD absent): the store
         stays empty and counts as synced. A required kind that is not served is waited
-        for, ``missing_message`` (what to install) logged once, and never counts as synced."""
+        for, ``missing_message`` (what to install) logged once, and never counts as synced.
+        ``store``: another namespace's informer's store of the same kind, to share."""
         self.resource = resource
-        self.store = Store(
-            api_version=resource.api_version,
-            kind=resource.kind,
-            keep_managed_fields=keep_managed_fields,
-        )
+        if store is None:  # (an empty Store is falsy: no `or` here)
+            store = Store(
+                api_version=resource.api_version,
+                kind=resource.kind,
+                keep_managed_fields=keep_managed_fields,
+            )
+        self.store = store
         self.synced = asyncio.Event()
         self.available = True  # False while an optional kind's API is not served
         self._client = client
@@ -190,7 +196,7 @@ class Informer:
 
     async def _list(self) -> str:
         items, version = await self._client.list(self.resource, self._namespace, self._selector)
-        self._notify(self.store.replace_all(items))
+        self._notify(self.store.replace_all(items, self._namespace))
         self.available = True
         self.synced.set()
         self._problem.resolve(f"watching {self.resource.plural}")

@@ -12,6 +12,7 @@ Object tree (all names derived from the cluster name ``C``)::
     ├── Secret C-credentials        the cluster's CA bundle + member certificate
     │                               (applied by the controller: credentials.py)
     ├── NetworkPolicy C-workers     workers accept only the cluster's own pods
+    ├── NetworkPolicy C-frontend    API port from anywhere, metrics port from the operator
     ├── ComputeDomain C-nvlink      GB200 only: IMEX channel for whole-tray workers
     ├── Deployment C-frontend       + Service C-frontend (the endpoint)
     ├── ServiceAccount C-frontend   + Role/RoleBinding: watch the pools' EndpointSlices
@@ -45,7 +46,10 @@ from tandem_operator.render.multinode import (
     launches_mpi_world,
     render_group_templates,
 )
-from tandem_operator.render.network_policy import render_worker_network_policy
+from tandem_operator.render.network_policy import (
+    render_frontend_network_policy,
+    render_worker_network_policy,
+)
 from tandem_operator.render.placement import render_compute_domain
 from tandem_operator.render.pods import (
     RenderSettings,
@@ -230,6 +234,25 @@ def render_network_policy(cr: InferenceCluster, settings: RenderSettings) -> Man
     )
 
 
+def render_frontend_policy(cr: InferenceCluster, settings: RenderSettings) -> Manifest:
+    cluster = cr.metadata.name
+    meta = _meta(
+        cr,
+        names.frontend_network_policy_name(cluster),
+        names.cluster_labels(cluster),
+        _cluster_owner(cr),
+    )
+    return stamp_applied_hash(
+        render_frontend_network_policy(
+            meta,
+            cluster,
+            cr.spec.frontend.port,
+            settings.worker_metrics_from,
+            settings.operator_peer,
+        )
+    )
+
+
 def render_credentials(cr: InferenceCluster, state: CredentialState) -> Manifest:
     """The cluster's credentials Secret holding ``state`` (see ``credentials.py``)."""
     cluster = cr.metadata.name
@@ -250,6 +273,7 @@ def render_cluster_children(
     return [
         render_config_map(cr),
         render_network_policy(cr, settings),
+        render_frontend_policy(cr, settings),
         *render_compute_domains(cr, settings),
         *render_frontend(cr, settings),
         *(render_worker_pool(cr, r, include_replicas=include_pool_replicas) for r in PoolRole),

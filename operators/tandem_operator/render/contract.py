@@ -10,8 +10,10 @@ ConfigMap at ``/etc/tandem/<component>.json``). Both are golden-tested
             ``--http-port``, ``/drain`` on the admin socket (the preStop hook).
 - frontend: ``python -m tandem.frontend --config /etc/tandem/frontend.json --host 0.0.0.0
             --port P --credentials DIR --admin-socket SOCK``; OpenAI API plus
-            ``/healthz``, ``/readyz``, ``/metrics`` on ``--port``, ``/drain`` on the
-            admin socket.
+            ``/healthz``, ``/readyz`` on ``--port``, ``/metrics`` alone on the document's
+            ``metricsPort`` (9091), ``/drain`` on the admin socket. API keys: the
+            document's ``apiKeys.directories``, the key Secrets mounted read-only (as
+            volumes, so the kubelet refreshes them and keys change without a restart).
 
 ``DIR`` is the cluster's credentials Secret (``credentials.py``); ``SOCK`` a Unix socket
 in the pod's own ``/tmp``: draining is never reachable over the network.
@@ -33,9 +35,16 @@ import hashlib
 import json
 from typing import Any
 
-from tandem.api.v1alpha1 import EngineKind, InferenceCluster, PoolRole, PoolSpec
+from tandem.api.v1alpha1 import (
+    EngineKind,
+    InferenceCluster,
+    PoolRole,
+    PoolSpec,
+)
 from tandem.engines.simulated.config import render_simulated_options
 from tandem.engines.trtllm.config import render_trtllm_config
+from tandem.frontend import api_keys
+from tandem.frontend.config import tenancy_settings
 from tandem_operator import names
 from tandem_operator.render.model_source import render_model_mount
 
@@ -104,8 +113,29 @@ def render_worker_config(cr: InferenceCluster, role: PoolRole) -> Manifest:
     }
 
 
+def api_key_secrets(cr: InferenceCluster) -> list[str]:
+    """The Secrets the frontend reads keys from, in mount order: the cluster's own
+    (``tandem keys``), then ``spec.frontend.apiKeys.secrets``."""
+    own = api_keys.secret_name(cr.metadata.name)
+    return [own, *(s for s in cr.spec.frontend.api_keys.secrets if s != own)]
+
+
+def api_key_directories(cr: InferenceCluster) -> list[str]:
+    """Where each of :func:`api_key_secrets` is mounted in the frontend pod."""
+    return [f"{names.API_KEYS_MOUNT_ROOT}/{i}" for i in range(len(api_key_secrets(cr)))]
+
+
+def render_api_keys(cr: InferenceCluster) -> Manifest:
+    """The document's ``apiKeys``: the mounted key Secrets, or an explicit
+    ``required: false`` (keyless on purpose, behind an authenticating gateway)."""
+    if not cr.spec.frontend.api_keys.required:
+        return {"required": False}
+    return {"required": True, "directories": api_key_directories(cr)}
+
+
 def render_frontend_config(cr: InferenceCluster) -> Manifest:
-    """What the frontend needs: model limits, routing, and where the workers are."""
+    """What the frontend needs: model limits, routing, tenants, where the workers are,
+    its API keys and its metrics port (in a cluster /metrics is never on the API port)."""
     spec = cr.spec
     namespace = cr.metadata.namespace or "default"
     return {
@@ -117,11 +147,16 @@ def render_frontend_config(cr: InferenceCluster) -> Manifest:
             "routingPolicy": spec.frontend.routing_policy.value,
             "disaggregation": spec.frontend.disaggregation.to_wire(),
             "maxQueuedRequests": spec.frontend.max_queued_requests,
+            "tenancy": tenancy_settings(spec.frontend).model_dump(
+                mode="json", by_alias=True, exclude_none=True
+            ),
         },
         "workers": {
             role.value: names.worker_address(cr.metadata.name, namespace, role) for role in PoolRole
         },
         "kvTransferTimeoutSeconds": spec.kv_transfer.timeout_seconds,
+        "apiKeys": render_api_keys(cr),
+        "metricsPort": names.FRONTEND_METRICS_PORT,
     }
 
 

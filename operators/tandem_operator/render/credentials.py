@@ -1,9 +1,23 @@
 """Each InferenceCluster's credentials: a Secret the operator owns, and its rotation.
 
-The Secret ``<cluster>-credentials`` holds what every frontend and worker pod mounts
-(``ca.crt``: the CAs members trust; ``tls.crt`` + ``tls.key``: the member certificate
-all of them present; see ``tandem.security``) plus, while a rotation runs, the next
-member certificate (``next.crt``, ``next.key``), which pods do not mount.
+The Secret ``<cluster>-credentials`` holds one certificate + key per role, both signed
+by the cluster's CA (``tandem.security.pki``, ``tandem.security.identity``):
+
+- ``tls.crt`` + ``tls.key``: the worker certificate; worker pods mount these and
+  ``ca.crt`` (the CAs members trust);
+- ``frontend.crt`` + ``frontend.key``: the frontend certificate; frontend pods mount
+  these as ``tls.crt`` + ``tls.key`` (the names every member reads) and ``ca.crt``.
+
+So the frontend's key never reaches a worker pod, nor a worker's key a frontend pod.
+While a rotation runs the Secret also holds the next certificates (``next.crt``,
+``next.key``, ``next-frontend.crt``, ``next-frontend.key``), which no pod mounts.
+
+A Secret written before roles existed holds one member certificate (``tls.*``, no
+``frontend.*``) that every pod presented. A frontend pair cannot be added to it: the CA
+that signed it kept no key. So it is upgraded by a rotation started on the first
+reconcile (whatever the annotation says); until its ``Switching`` phase the frontend
+items repeat the old member certificate, then each role gets its own, and ``Stable``
+retires the old CA, and with it the key that frontend pods held.
 
 Rotation is requested by changing the cluster's ``tandem.dev/rotate-credentials``
 annotation (any new value), and happens by itself 30 days before the certificate
@@ -11,10 +25,12 @@ expires. Kubernetes updates a mounted Secret in each pod on its own schedule (ab
 minute), so a rotation goes in three phases, each given ``propagation`` to reach every
 pod before the next one starts:
 
-1. ``Trusting``: a new CA and member certificate are made; ``ca.crt`` holds the old and
-   the new CA, members still present the old certificate.
-2. ``Switching``: members present the new certificate (the old CA is still trusted).
+1. ``Trusting``: a new CA and both role certificates are made; ``ca.crt`` holds the old
+   and the new CA, members still present the old certificates.
+2. ``Switching``: members present the new certificates (the old CA is still trusted).
 3. ``Stable``: ``ca.crt`` holds the new CA only.
+
+Both role certificates always move together.
 
 At every moment, two pods at most one phase apart accept each other. Pods never restart
 for a rotation; connections already open are never re-checked, so no request in flight
@@ -36,14 +52,18 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from tandem.security.identity import Identity
 from tandem.security.pki import Issued, join_pem, not_after
 from tandem_operator import names
 
 Manifest = dict[str, Any]
 IssueFn = Callable[[], Issued]
 
-# Trust, member certificate and key: the only keys pods mount.
-MOUNTED_KEYS = ("ca.crt", "tls.crt", "tls.key")
+# What each role's pods mount: Secret key -> file name (the names every member reads).
+MOUNTED_KEYS: Mapping[Identity, Mapping[str, str]] = {
+    Identity.WORKER: {"ca.crt": "ca.crt", "tls.crt": "tls.crt", "tls.key": "tls.key"},
+    Identity.FRONTEND: {"ca.crt": "ca.crt", "frontend.crt": "tls.crt", "frontend.key": "tls.key"},
+}
 RENEW_BEFORE = timedelta(days=30)
 DEFAULT_PROPAGATION = timedelta(seconds=150)
 
@@ -56,15 +76,30 @@ class Phase(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Member:
-    """A member certificate, its key, and the CA that signed it (PEM)."""
+    """The certificates + keys of both roles and the CA that signed them (PEM).
+
+    ``frontend_cert``/``frontend_key`` are None for a member certificate issued before
+    roles existed (``cert``/``key`` then served every pod)."""
 
     ca: bytes
     cert: bytes
     key: bytes
+    frontend_cert: bytes | None = None
+    frontend_key: bytes | None = None
 
     @classmethod
     def of(cls, issued: Issued) -> Member:
-        return cls(issued.ca_cert, issued.cert, issued.key)
+        return cls(issued.ca_cert, issued.cert, issued.key, *issued.pair(Identity.FRONTEND))
+
+    @property
+    def has_roles(self) -> bool:
+        return self.frontend_cert is not None and self.frontend_key is not None
+
+    def frontend_pair(self) -> tuple[bytes, bytes]:
+        """What frontend pods present: their own pair, else the pre-role member pair."""
+        if self.frontend_cert is not None and self.frontend_key is not None:
+            return self.frontend_cert, self.frontend_key
+        return self.cert, self.key
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +141,10 @@ def plan_credentials(
         return CredentialPlan(fresh, None)
     waited = now - state.since
     if state.phase is Phase.STABLE:
-        if requested == state.rotation and now < state.expires - RENEW_BEFORE:
+        current = requested == state.rotation and now < state.expires - RENEW_BEFORE
+        if current and state.current.has_roles:
             return CredentialPlan(state, None)
+        # Asked for, due, or a pre-role Secret to upgrade: rotate.
         new = Member.of(issue())
         trusting = CredentialState(
             Phase.TRUSTING, now, requested, join_pem(state.trust, new.ca), state.current, new
@@ -127,10 +164,13 @@ def plan_credentials(
 
 def render_credentials_secret(meta: Manifest, state: CredentialState) -> Manifest:
     """The Secret holding ``state`` (``meta``: its name, namespace, labels, owner)."""
+    frontend_cert, frontend_key = state.current.frontend_pair()
     data = {
         "ca.crt": state.trust,
         "tls.crt": state.current.cert,
         "tls.key": state.current.key,
+        "frontend.crt": frontend_cert,
+        "frontend.key": frontend_key,
         "member-ca.crt": state.current.ca,
     }
     if state.next is not None:
@@ -139,6 +179,11 @@ def render_credentials_secret(meta: Manifest, state: CredentialState) -> Manifes
             "next.crt": state.next.cert,
             "next.key": state.next.key,
         }
+        if state.next.frontend_cert is not None and state.next.frontend_key is not None:
+            data |= {
+                "next-frontend.crt": state.next.frontend_cert,
+                "next-frontend.key": state.next.frontend_key,
+            }
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -156,7 +201,8 @@ def render_credentials_secret(meta: Manifest, state: CredentialState) -> Manifes
 
 
 def parse_credentials_secret(secret: Manifest | None) -> CredentialState | None:
-    """What a Secret rendered above holds; None if there is none or it is unusable."""
+    """What a Secret rendered above (or by a version before roles) holds; None if there
+    is none or it is unusable."""
     if secret is None:
         return None
     annotations = secret.get("metadata", {}).get("annotations") or {}
@@ -165,26 +211,50 @@ def parse_credentials_secret(secret: Manifest | None) -> CredentialState | None:
         data = {k: base64.b64decode(v, validate=True) for k, v in raw.items()}
         phase = Phase(annotations[names.ANNOTATION_CREDENTIALS_PHASE])
         since = datetime.fromisoformat(annotations[names.ANNOTATION_CREDENTIALS_SINCE])
-        current = Member(data["member-ca.crt"], data["tls.crt"], data["tls.key"])
+        current = Member(
+            data["member-ca.crt"],
+            data["tls.crt"],
+            data["tls.key"],
+            *_frontend(data, "", data["tls.crt"]),
+        )
         trust = data["ca.crt"]
     except (KeyError, ValueError, binascii.Error):
         return None
     nxt = None
     if {"next-ca.crt", "next.crt", "next.key"} <= data.keys():
-        nxt = Member(data["next-ca.crt"], data["next.crt"], data["next.key"])
+        nxt = Member(
+            data["next-ca.crt"],
+            data["next.crt"],
+            data["next.key"],
+            *_frontend(data, "next-", data["next.crt"]),
+        )
     if phase is Phase.TRUSTING and nxt is None:
         return None
     rotation = annotations.get(names.ANNOTATION_CREDENTIALS_ROTATION, "")
     return CredentialState(phase, since, rotation, trust, current, nxt)
 
 
-def render_credentials_volume(cluster: str) -> Manifest:
-    """The pod volume with the member's files only (never the next key)."""
+def _frontend(
+    data: Mapping[str, bytes], prefix: str, member_cert: bytes
+) -> tuple[bytes | None, bytes | None]:
+    """The frontend pair under ``prefix`` (None, None: pre-role credentials, where the
+    frontend items are absent or repeat the member certificate)."""
+    cert, key = data.get(f"{prefix}frontend.crt"), data.get(f"{prefix}frontend.key")
+    if cert is None or key is None or cert == member_cert:
+        return None, None
+    return cert, key
+
+
+def render_credentials_volume(cluster: str, identity: Identity) -> Manifest:
+    """The pod volume of a pod of role ``identity``: the trust bundle and that role's
+    certificate + key, as ``ca.crt``, ``tls.crt``, ``tls.key`` (never another role's
+    key, never the next ones)."""
+    items = MOUNTED_KEYS[identity]
     return {
         "name": "credentials",
         "secret": {
             "secretName": names.credentials_secret_name(cluster),
-            "items": [{"key": k, "path": k} for k in MOUNTED_KEYS],
+            "items": [{"key": k, "path": path} for k, path in items.items()],
             "defaultMode": 0o440,
         },
     }

@@ -1,4 +1,4 @@
-"""The NetworkPolicy in front of an InferenceCluster's workers (pure).
+"""The NetworkPolicies in front of an InferenceCluster's workers and frontends (pure).
 
 Workers accept connections only from pods of their own cluster in their own namespace:
 its frontends (gRPC) and its other workers (gRPC, the TCP KV port, NIXL/UCX, whose ports
@@ -6,6 +6,10 @@ UCX picks at run time, hence all ports). Optionally, the workers' read-only HTTP
 port (``/metrics``, the probes) from peers the platform names, e.g. Prometheus
 (``--worker-metrics-from``). The kubelet's probes come from the node, which NetworkPolicy
 always allows.
+
+Frontends accept their API port from anywhere (API keys decide who is served) and their
+metrics port (``/metrics`` alone, apart from the API) only from the operator's pods,
+which read the routers' load from it, and the ``--worker-metrics-from`` peers.
 
 A policy is only as good as the CNI that enforces it; where none does, mutual TLS
 (``credentials.py``) still decides who is served (docs/security.md).
@@ -22,6 +26,19 @@ from tandem_operator import names
 Manifest = dict[str, Any]
 
 API_VERSION = "networking.k8s.io/v1"
+
+# The chart's labels on the operator's pods (charts/tandem/templates/_helpers.tpl,
+# tandem.selectorLabels without the release's instance).
+OPERATOR_POD_LABELS = {names.LABEL_NAME: "tandem", names.LABEL_COMPONENT: "operator"}
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set on every namespace
+
+
+def operator_peer(namespace: str) -> Manifest:
+    """The NetworkPolicyPeer of the operator's pods, running in ``namespace``."""
+    return {
+        "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: namespace}},
+        "podSelector": {"matchLabels": dict(OPERATOR_POD_LABELS)},
+    }
 
 
 def _cluster_pods(cluster: str, roles: Sequence[str]) -> Manifest:
@@ -52,6 +69,36 @@ def render_worker_network_policy(
         "metadata": meta,
         "spec": {
             "podSelector": _cluster_pods(cluster, workers),
+            "policyTypes": ["Ingress"],
+            "ingress": ingress,
+        },
+    }
+
+
+def render_frontend_network_policy(
+    meta: Manifest,
+    cluster: str,
+    api_port: int,
+    metrics_from: Sequence[Manifest] = (),
+    operator: Manifest | None = None,
+) -> Manifest:
+    """``meta``: the policy's metadata; ``operator``: the operator's peer (None when it
+    runs outside the cluster and reads the frontends through a port-forward)."""
+    ingress: list[Manifest] = [{"ports": [{"protocol": "TCP", "port": api_port}]}]
+    scrapers = [*([operator] if operator else []), *metrics_from]
+    if scrapers:  # an empty "from" would mean "from anywhere": only with peers named
+        ingress.append(
+            {
+                "from": scrapers,
+                "ports": [{"protocol": "TCP", "port": names.FRONTEND_METRICS_PORT}],
+            }
+        )
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "NetworkPolicy",
+        "metadata": meta,
+        "spec": {
+            "podSelector": {"matchLabels": names.selector_labels(cluster, names.FRONTEND)},
             "policyTypes": ["Ingress"],
             "ingress": ingress,
         },

@@ -24,8 +24,11 @@ from typing import Any
 
 from tandem.api.v1alpha1 import EngineKind, InferenceCluster, PoolRole
 from tandem.engines.trtllm.version import PINNED_VERSION
+from tandem.security.identity import Identity
 from tandem_operator import names
 from tandem_operator.render.contract import (
+    api_key_directories,
+    api_key_secrets,
     frontend_command,
     pool_spec,
     worker_command,
@@ -73,8 +76,12 @@ class RenderSettings:
         }
     )
     hardware: HardwareOptions = field(default_factory=HardwareOptions)
-    # NetworkPolicyPeers that may scrape the workers' /metrics (empty: only the cluster).
+    # NetworkPolicyPeers that may scrape the workers' and frontends' /metrics (empty: only
+    # the cluster's own pods, and the operator for the frontends).
     worker_metrics_from: tuple[Manifest, ...] = ()
+    # The operator's own pods (they scrape the frontends' /metrics port): a
+    # NetworkPolicyPeer, or None where the operator runs outside the cluster.
+    operator_peer: Manifest | None = None
 
 
 def clamp(value: int, low: int, high: int) -> int:
@@ -328,7 +335,7 @@ def render_worker_pod_template(
     ) | _probes("http", startup_budget)
     volumes = [
         _config_volume(cr, role.value),
-        render_credentials_volume(cluster),
+        render_credentials_volume(cluster, Identity.WORKER),
         *parts.volumes,
     ]
     selector = names.selector_labels(cluster, role.value)
@@ -397,17 +404,47 @@ def render_profile_pod_template(
     }
 
 
+def render_api_key_volumes(cr: InferenceCluster) -> tuple[list[Manifest], list[Manifest]]:
+    """(volumes, mounts) of the frontend's API key Secrets: one whole-Secret volume each
+    (no subPath, so the kubelet updates the files in place and added or revoked keys
+    reach a running frontend), optional (a Secret not created yet holds no keys), read
+    only. None when keys are not required."""
+    if not cr.spec.frontend.api_keys.required:
+        return [], []
+    volumes: list[Manifest] = []
+    mounts: list[Manifest] = []
+    pairs = zip(api_key_secrets(cr), api_key_directories(cr), strict=True)
+    for index, (secret, directory) in enumerate(pairs):
+        name = f"api-keys-{index}"
+        volumes.append(
+            {
+                "name": name,
+                "secret": {"secretName": secret, "optional": True, "defaultMode": 0o440},
+            }
+        )
+        mounts.append({"name": name, "mountPath": directory, "readOnly": True})
+    return volumes, mounts
+
+
 def render_frontend_pod_template(
     cr: InferenceCluster, settings: RenderSettings, config_hash: str
 ) -> Manifest:
     cluster = cr.metadata.name
     port = cr.spec.frontend.port
+    key_volumes, key_mounts = render_api_key_volumes(cr)
     container: Manifest = {
         "name": "frontend",
         "image": settings.image,
         "imagePullPolicy": settings.image_pull_policy,
         "command": frontend_command(port),
-        "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
+        "ports": [
+            {"name": "http", "containerPort": port, "protocol": "TCP"},
+            {
+                "name": names.FRONTEND_METRICS_PORT_NAME,
+                "containerPort": names.FRONTEND_METRICS_PORT,
+                "protocol": "TCP",
+            },
+        ],
         "env": _downward_env(
             ("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")
         ),
@@ -415,6 +452,7 @@ def render_frontend_pod_template(
         "volumeMounts": [
             {"name": "config", "mountPath": names.CONFIG_MOUNT_PATH, "readOnly": True},
             CREDENTIALS_MOUNT,
+            *key_mounts,
             {"name": "tmp", "mountPath": "/tmp"},
         ],
         "securityContext": _security_context(non_root=True),
@@ -422,7 +460,8 @@ def render_frontend_pod_template(
     }
     volumes = [
         _config_volume(cr, names.FRONTEND),
-        render_credentials_volume(cluster),
+        render_credentials_volume(cluster, Identity.FRONTEND),
+        *key_volumes,
         {"name": "tmp", "emptyDir": {}},
     ]
     selector = names.selector_labels(cluster, names.FRONTEND)

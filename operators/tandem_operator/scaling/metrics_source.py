@@ -1,11 +1,12 @@
 """Where the autoscaler reads a cluster's load: the router metrics of its frontends.
 
 **In a cluster** the operator scrapes every ready frontend pod directly
-(``http://<podIP>:<spec.frontend.port>/metrics`` and ``/readyz``), found in the Pod cache
+(``http://<podIP>:9091/metrics``, the metrics port, never served on the API port, and
+``http://<podIP>:<spec.frontend.port>/readyz``), found in the Pod cache
 it already keeps, concurrently and each request with a timeout. Pods, not the Service:
 the Service would answer from one frontend at a time, and each frontend only knows its
 own requests. Readings are merged by :func:`tandem.autoscale.exposition.combine_readings`.
-NetworkPolicies must let the operator's pod reach the frontends' HTTP port.
+The frontends' NetworkPolicy admits the operator's pods to both ports.
 
 **Out of cluster** (development, and the e2e suite, whose simulated pods run no
 containers and have no reachable IPs) the operator can be pointed at a frontend it can
@@ -66,6 +67,21 @@ class ScrapeError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class FrontendTarget:
+    """Where one frontend is read: ``metrics`` (base URL of /metrics) and ``api`` (of
+    /readyz, the workers' loads). The same URL for an override (a local frontend serves
+    both; through a port-forward of the metrics port /readyz is missing, and the
+    per-worker loads with it)."""
+
+    metrics: str
+    api: str
+
+    @classmethod
+    def single(cls, url: str) -> FrontendTarget:
+        return cls(metrics=url, api=url)
+
+
+@dataclass(frozen=True, slots=True)
 class FrontendScrape:
     """One round's view of a cluster: load per pool, and per worker (by address)."""
 
@@ -94,13 +110,13 @@ def compute_frontend_targets(
     overrides: Mapping[str, str],
     *,
     scrape_pods: bool,
-) -> list[str]:
-    """Base URLs to scrape for ``cr`` (pure): an override, else (only when the operator
-    runs in the cluster, ``scrape_pods``) its ready frontend pods."""
+) -> list[FrontendTarget]:
+    """The frontends to scrape for ``cr`` (pure): an override, else (only when the
+    operator runs in the cluster, ``scrape_pods``) its ready frontend pods."""
     namespace = cr.metadata.namespace or "default"
     override = overrides.get(f"{namespace}/{cr.metadata.name}") or overrides.get(WILDCARD)
     if override:
-        return [override]
+        return [FrontendTarget.single(override)]
     if not scrape_pods:
         return []
     port = cr.spec.frontend.port
@@ -109,38 +125,43 @@ def compute_frontend_targets(
         ip = (pod.get("status") or {}).get("podIP")
         if ip and observe_pod(pod).ready:
             host = f"[{ip}]" if ":" in ip else ip
-            targets.append(f"http://{host}:{port}")
-    return sorted(targets)
+            targets.append(
+                FrontendTarget(
+                    metrics=f"http://{host}:{names.FRONTEND_METRICS_PORT}",
+                    api=f"http://{host}:{port}",
+                )
+            )
+    return sorted(targets, key=lambda t: t.metrics)
 
 
 async def _ask_each(
-    targets: Sequence[str], ask: Callable[[str], Awaitable[T]]
+    targets: Sequence[FrontendTarget], ask: Callable[[FrontendTarget], Awaitable[T]]
 ) -> tuple[dict[str, T], list[str]]:
-    """``ask`` every frontend at once: the answers by address, and ``"base: why"`` for each
-    that failed to answer (unreachable, timed out, unreadable). A cancellation or any other
-    exception (a bug) is raised for the caller to see."""
-    results = await asyncio.gather(*(ask(base) for base in targets), return_exceptions=True)
+    """``ask`` every frontend at once: the answers by address (the metrics URL), and
+    ``"base: why"`` for each that failed to answer (unreachable, timed out, unreadable).
+    A cancellation or any other exception (a bug) is raised for the caller to see."""
+    results = await asyncio.gather(*(ask(t) for t in targets), return_exceptions=True)
     answers: dict[str, T] = {}
     failures: list[str] = []
-    for base, result in zip(targets, results, strict=True):
+    for target, result in zip(targets, results, strict=True):
         if isinstance(result, aiohttp.ClientError | TimeoutError | ValueError):
-            failures.append(f"{base}: {result!r}")
+            failures.append(f"{target.metrics}: {result!r}")
         elif isinstance(result, BaseException):
             raise result
         else:
-            answers[base] = result
+            answers[target.metrics] = result
     return answers, failures
 
 
 def no_source_message(cr: InferenceCluster) -> str:
     """Why an out-of-cluster operator cannot autoscale ``cr``, and the flag that fixes it."""
     namespace, name = cr.metadata.namespace or "default", cr.metadata.name
-    port, service = cr.spec.frontend.port, names.frontend_name(name)
+    port, deployment = names.FRONTEND_METRICS_PORT, names.frontend_name(name)
     return (
         "the operator runs outside the cluster, where frontend pods cannot be reached: run "
         f"it with --frontend-metrics-url {namespace}/{name}=http://127.0.0.1:{port} (e.g. "
-        f"through `kubectl port-forward -n {namespace} svc/{service} {port}`) or *=URL; "
-        "until then the pools keep their size"
+        f"through `kubectl port-forward -n {namespace} deploy/{deployment} {port}`, the "
+        "frontend's metrics port) or *=URL; until then the pools keep their size"
     )
 
 
@@ -187,7 +208,7 @@ class MetricsSource:
         self, cr: InferenceCluster, frontend_pods: Sequence[Manifest], *, at: float
     ) -> FrontendScrape:
         targets = self._targets(cr, frontend_pods)
-        answers, failures = await _ask_each(targets, lambda base: self._scrape_one(base, at))
+        answers, failures = await _ask_each(targets, lambda t: self._scrape_one(t, at))
         if not answers:
             raise ScrapeError("; ".join(failures))
         if failures:  # partial view: act on the frontends that answered
@@ -221,7 +242,9 @@ class MetricsSource:
             raise ScrapeError("; ".join(failures))
         return answers
 
-    def _targets(self, cr: InferenceCluster, frontend_pods: Sequence[Manifest]) -> list[str]:
+    def _targets(
+        self, cr: InferenceCluster, frontend_pods: Sequence[Manifest]
+    ) -> list[FrontendTarget]:
         """The frontends to read; :class:`ScrapeError` saying why when there are none."""
         targets = compute_frontend_targets(
             cr, frontend_pods, self._overrides, scrape_pods=self._scrape_pods
@@ -232,11 +255,11 @@ class MetricsSource:
             raise ScrapeError(no_source_message(cr), reason=reasons.NO_METRICS_SOURCE)
         return targets
 
-    async def _read_lengths(self, base: str) -> LengthCounts:
-        return parse_length_counts(await self._get_metrics(base, LENGTH_SERIES))
+    async def _read_lengths(self, target: FrontendTarget) -> LengthCounts:
+        return parse_length_counts(await self._get_metrics(target.metrics, LENGTH_SERIES))
 
-    async def _read_diverted(self, base: str) -> float | None:
-        text = await self._get_metrics(base, {"name[]": DIVERTED_PROMPTS_TOTAL})
+    async def _read_diverted(self, target: FrontendTarget) -> float | None:
+        text = await self._get_metrics(target.metrics, {"name[]": DIVERTED_PROMPTS_TOTAL})
         return parse_router_reading(text, at=0.0).sample(PoolRole.PREFILL).diverted_prompts_total
 
     def _open(self) -> aiohttp.ClientSession:
@@ -253,14 +276,14 @@ class MetricsSource:
             return await response.text()
 
     async def _scrape_one(
-        self, base: str, at: float
+        self, target: FrontendTarget, at: float
     ) -> tuple[RouterReading, dict[str, WorkerLoad]]:
-        text = await self._get_metrics(base)
-        async with self._open().get(f"{base}/readyz") as response:
+        text = await self._get_metrics(target.metrics)
+        async with self._open().get(f"{target.api}/readyz") as response:
             body = await response.read()  # 503 (not ready) still lists the workers
         try:
             views = parse_worker_loads(json.loads(body))
         except ValueError as exc:
-            logger.debug("%s/readyz unreadable (%s): no per-worker loads", base, exc)
+            logger.debug("%s/readyz unreadable (%s): no per-worker loads", target.api, exc)
             views = {}
         return parse_router_reading(text, at=at), views

@@ -205,8 +205,101 @@ class DisaggregationSpec(ApiModel):
     )
 
 
+# A Secret's name (RFC 1123 subdomain).
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+SecretName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
+MAX_KEY_SECRETS = 16
+MAX_TENANTS = 64
+# In a Kubernetes cluster the frontend serves /metrics on this port alone (for the
+# operator and the scrapers its NetworkPolicy names), never on spec.frontend.port.
+FRONTEND_METRICS_PORT = 9091
+
+
+class ApiKeysSpec(ApiModel):
+    """Who may call the frontend's API: ``Authorization: Bearer <key>``."""
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            "!has(self.secrets) || self.secrets.all(s, self.secrets.exists_one(t, t == s))",
+            "apiKeys.secrets must not name a Secret twice",
+            ".secrets",
+        ),
+    )
+
+    required: bool = Field(
+        default=True,
+        description="Whether every API request needs a key. Keys are stored hashed (SHA-256) "
+        "in Secrets: the cluster's own `<cluster>-api-keys` Secret, which `tandem keys "
+        "add|list|revoke` manages, and those named in secrets; a key added or revoked there "
+        "takes effect within seconds, without restarting a frontend. false: anyone who can "
+        "reach the frontend can use it; only for a cluster behind a gateway that "
+        "authenticates its callers.",
+    )
+    secrets: list[SecretName] = Field(
+        default_factory=list,
+        max_length=MAX_KEY_SECRETS,
+        description="Further Secrets in the cluster's namespace holding key records (one "
+        "item per key: the key id, and the JSON record with its tenant and SHA-256), read "
+        "besides `<cluster>-api-keys`; e.g. keys a platform provisions. A Secret that does "
+        "not exist holds no keys. At most 16, each named once.",
+    )
+
+
+class TenantLimitsSpec(ApiModel):
+    """One tenant's share of the frontend and its limits (unset: unlimited)."""
+
+    weight: int = Field(
+        default=1,
+        ge=1,
+        le=1000,
+        description="Share of the frontend when it is busy: waiting requests are sent on, "
+        "and a full queue is shared, in proportion to the weights of the tenants waiting.",
+    )
+    max_in_flight_requests: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="Requests of the tenant admitted at once, per frontend; beyond it the "
+        "frontend answers 429 with Retry-After. Unset: unlimited.",
+    )
+    tokens_per_minute: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000_000,
+        description="Prompt and completion tokens the tenant may use per minute, per "
+        "frontend (a request reserves its prompt plus max_tokens when admitted and gives "
+        "back what it did not use); beyond it the frontend answers 429 with Retry-After. "
+        "Unset: unlimited.",
+    )
+
+
+class TenantSpec(TenantLimitsSpec):
+    """A tenant named by the API keys' records, and its limits."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=DNS_LABEL,
+        description="The tenant's name, as API key records carry it.",
+    )
+
+
 class FrontendSpec(ApiModel):
     """The OpenAI-compatible HTTP frontend and its router."""
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            f"self.port != {FRONTEND_METRICS_PORT}",
+            f"port {FRONTEND_METRICS_PORT} is the frontend's metrics port: choose another",
+            ".port",
+        ),
+        CelRule(
+            "!has(self.tenants) || "
+            "self.tenants.all(t, self.tenants.exists_one(u, u.name == t.name))",
+            "tenants must not name a tenant twice",
+            ".tenants",
+        ),
+    )
 
     replicas: int = Field(default=1, ge=1, le=100, description="Frontend replicas.")
     port: int = Field(default=8000, ge=1, le=65535, description="HTTP port of the frontend.")
@@ -227,6 +320,20 @@ class FrontendSpec(ApiModel):
         description="How often one stream may move to another decode worker when its own "
         "fails after the first token (it goes on from the tokens already sent); 0: such a "
         "stream ends with an error.",
+    )
+    api_keys: ApiKeysSpec = Field(
+        default_factory=ApiKeysSpec,
+        description="API keys: on by default; each key belongs to a tenant.",
+    )
+    tenants: list[TenantSpec] = Field(
+        default_factory=list,
+        max_length=MAX_TENANTS,
+        description="Tenants with their own weight and limits (at most 64, each named "
+        "once); every other tenant gets tenantDefaults.",
+    )
+    tenant_defaults: TenantLimitsSpec = Field(
+        default_factory=TenantLimitsSpec,
+        description="The weight and limits of every tenant not listed in tenants.",
     )
 
 

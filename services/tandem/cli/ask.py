@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -51,12 +52,21 @@ def ask(
     max_tokens: int,
     timeout_s: float,
     temperature: float = 0.0,
+    api_key: str | None = None,
 ) -> int:
     base = endpoint.rstrip("/")
-    with httpx.Client(timeout=timeout_s) as client:
+    # A frontend in a Kubernetes cluster requires a key (tandem keys add); a local one
+    # (tandem up) needs none and ignores it.
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    with httpx.Client(timeout=timeout_s, headers=headers) as client:
         if model is None:
             models = client.get(f"{base}/models")
-            models.raise_for_status()
+            if models.status_code != 200:
+                print(
+                    f"error: HTTP {models.status_code}: {_error_message(models)}",
+                    file=sys.stderr,
+                )
+                return 1
             model = str(models.json()["data"][0]["id"])
         body: dict[str, Any] = {
             "model": model,
@@ -99,7 +109,13 @@ def cmd_ask(args: argparse.Namespace) -> int:
         return 1
     try:
         return ask(
-            endpoint, args.model, args.prompt, args.max_tokens, args.timeout, args.temperature
+            endpoint,
+            args.model,
+            args.prompt,
+            args.max_tokens,
+            args.timeout,
+            args.temperature,
+            api_key=args.api_key or os.environ.get("OPENAI_API_KEY") or None,
         )
     except httpx.ConnectError as exc:
         print(f"error: nothing answers at {endpoint} ({exc}); is it running?", file=sys.stderr)
@@ -122,4 +138,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)"
     )
     p.add_argument("--timeout", type=float, default=120.0, help="seconds (default 120)")
+    p.add_argument(
+        "--api-key",
+        help="sent as 'Authorization: Bearer KEY' (default: $OPENAI_API_KEY); a cluster's "
+        "frontend requires one (tandem keys add), a local one needs none",
+    )
     p.set_defaults(handler=cmd_ask)

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from tandem.cli import ask, devcluster, local, manifests, operator, plan, profile
+from tandem.cli import ask, devcluster, keys, local, manifests, operator, plan, profile
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     profile.register(sub)
     local.register(sub)
     ask.register(sub)
+    keys.register(sub)
     return parser
 
 

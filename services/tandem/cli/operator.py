@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,12 @@ from tandem.portcheck import PortError, PortInUseError
 
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DEFAULT_NAMESPACE = "tandem-system"
+
+
+def _namespaces(values: Sequence[str]) -> tuple[str, ...]:
+    """``--namespace a,b --namespace c`` -> ("a", "b", "c"), in order, without repeats."""
+    found = (n.strip() for value in values for n in value.split(","))
+    return tuple(dict.fromkeys(n for n in found if n))
 
 
 def _default_lease_namespace() -> str:
@@ -57,16 +64,24 @@ def parse_peers(text: str) -> tuple[dict[str, Any], ...]:
     return tuple(peers)
 
 
+def _in_cluster(args: argparse.Namespace) -> bool:
+    return args.kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ
+
+
 def render_settings(args: argparse.Namespace) -> Any:
-    """The operator's RenderSettings from its flags (images, pull policy, hardware)."""
+    """The operator's RenderSettings from its flags (images, pull policy, hardware) and,
+    in a cluster, its own namespace (the frontends' NetworkPolicy admits its pods)."""
     pods: Any = importlib.import_module("tandem_operator.render.pods")
     profiles: Any = importlib.import_module("tandem_operator.render.profiles")
     fabric: Any = importlib.import_module("tandem_operator.render.fabric")
+    policies: Any = importlib.import_module("tandem_operator.render.network_policy")
+    own_namespace = _default_lease_namespace() if _in_cluster(args) else None
     return pods.RenderSettings(
         image=args.image,
         trtllm_image=args.trtllm_image,
         image_pull_policy=args.image_pull_policy,
         worker_metrics_from=parse_peers(args.worker_metrics_from),
+        operator_peer=policies.operator_peer(own_namespace) if own_namespace else None,
         hardware=profiles.HardwareOptions(
             compute_domains=args.compute_domains,
             rdma=fabric.RdmaOptions(
@@ -97,14 +112,14 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
         if getattr(args, flag) <= 0:
             print(f"error: --{flag.replace('_', '-')} must be positive", file=sys.stderr)
             return 2
-    in_cluster = args.kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ
+    in_cluster = _in_cluster(args)
     kwargs: dict[str, Any] = {}
     if args.identity:
         kwargs["identity"] = args.identity
     options = manager.OperatorOptions(
         kubeconfig=args.kubeconfig,
         in_cluster=in_cluster,
-        namespace=args.namespace,
+        namespaces=_namespaces(args.namespace or ()),
         metrics_host=args.metrics_host or manager.default_metrics_host(in_cluster),
         metrics_port=args.metrics_port or manager.default_metrics_port(in_cluster),
         leader_election_namespace=args.leader_election_namespace or _default_lease_namespace(),
@@ -166,7 +181,12 @@ def register(subparsers: Any) -> None:
         help="kubeconfig file (default: in a pod its ServiceAccount, else $KUBECONFIG, "
         "else ~/.kube/config)",
     )
-    run.add_argument("--namespace", help="watch only this namespace (default: all)")
+    run.add_argument(
+        "--namespace",
+        action="append",
+        help="watch only these namespaces: repeat it or separate them with commas "
+        "(default: all; the chart's operator.watchNamespaces)",
+    )
     run.add_argument(
         "--metrics-port",
         type=int,

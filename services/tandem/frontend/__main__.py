@@ -4,12 +4,17 @@
 ``--credentials``: the cluster's CA bundle and member certificate; every call to a
 worker is then mutual TLS (without it, plaintext: workers accept that on loopback only).
 ``--admin-socket``: a Unix socket serving ``/drain`` for the preStop hook.
+
+Without API keys in the document (``apiKeys``) the frontend serves only on a loopback
+address: on any other it refuses to start, unless the document says
+``apiKeys: {required: false}`` (a cluster behind an authenticating gateway).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -51,6 +56,21 @@ def main(
     except (OSError, ValueError) as exc:  # incl. a missing model file or tokenizer package
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if config.api_keys is None and not _is_loopback(args.host):
+        print(
+            f"error: refusing to serve without API keys on {args.host}: anyone who reaches "
+            "it could use it. Give the document apiKeys (key Secrets), or "
+            "apiKeys: {required: false} to serve keyless on purpose",
+            file=sys.stderr,
+        )
+        return 2
+    if config.api_keys is not None and not config.api_keys.required:
+        logging.getLogger(__name__).warning(
+            "serving without API keys (apiKeys.required is false): anyone who reaches "
+            "%s:%d may use it",
+            args.host,
+            args.port,
+        )
 
     def connect(address: str) -> RouterWorkerClient:
         client = WorkerClient(address, credentials=credentials)
@@ -58,11 +78,21 @@ def main(
 
     app, router = build_frontend(config, connect, tokenizer=tokenizer, index=index)
     admin = (create_frontend_admin_app(router), args.admin_socket) if args.admin_socket else None
+    metrics = (app.state.metrics_app, config.metrics_port) if config.metrics_port else None
     try:
-        asyncio.run(serve(app, args.host, args.port, admin=admin))
+        asyncio.run(serve(app, args.host, args.port, admin=admin, metrics=metrics))
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: not provably loopback
+        return False
 
 
 if __name__ == "__main__":

@@ -8,12 +8,12 @@ with their traceback and answered with a generic 500.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import asdict
 from typing import Protocol, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -26,14 +26,17 @@ from starlette.routing import Route
 
 from tandem.admin import create_admin_app
 from tandem.errors import TandemError
+from tandem.frontend.api_keys import KeyStore
 from tandem.frontend.errors import (
     InternalError,
+    InvalidApiKeyError,
     MethodNotAllowedError,
+    MissingApiKeyError,
     RequestTooLargeError,
     RouteNotFoundError,
 )
 from tandem.frontend.metrics import FrontendMetrics
-from tandem.frontend.preparation import RequestContext
+from tandem.frontend.preparation import ANONYMOUS_TENANT, RequestContext
 from tandem.frontend.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -81,15 +84,37 @@ def create_app(
     id_factory: Callable[[], str],
     lifespan: Callable[[Starlette], AbstractAsyncContextManager[None]] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    keys: KeyStore | None = None,
+    serve_metrics: bool = True,
 ) -> Starlette:
+    """``keys``: the API keys every /v1 route requires (None: keyless, every request is
+    the anonymous tenant's). ``serve_metrics``: False where /metrics has its own port
+    (``create_metrics_app``), so that no caller of the API can read it."""
+
     def request_id_for(request: Request) -> str:
         offered = request.headers.get(REQUEST_ID_HEADER, "")
         return offered if _CLIENT_REQUEST_ID.fullmatch(offered) else id_factory()
+
+    def tenant_of(request: Request) -> str:
+        if keys is None:
+            return ANONYMOUS_TENANT
+        scheme, _, key = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise MissingApiKeyError(
+                "no API key: send one as 'Authorization: Bearer KEY' "
+                "(an administrator makes one with 'tandem keys add')"
+            )
+        tenant = keys.tenant_for(key.strip())
+        if tenant is None:
+            raise InvalidApiKeyError("the API key is not valid: unknown or revoked")
+        return tenant
 
     def endpoint(name: str, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def run(request: Request) -> Response:
             ctx = RequestContext(request_id=request_id_for(request), arrival=clock())
             try:
+                # Before the body is read: a caller without a key costs nothing more.
+                ctx = dataclasses.replace(ctx, tenant=tenant_of(request))
                 response = await handler(request, ctx)
             except TandemError as exc:
                 response = error_response(exc, metrics)
@@ -146,15 +171,8 @@ def create_app(
 
     async def readyz(request: Request) -> Response:
         ready = health.ready()
-        body = {"ready": ready, "workers": [asdict(w) for w in health.workers()]}
+        body = {"ready": ready, "workers": [dataclasses.asdict(w) for w in health.workers()]}
         return JSONResponse(body, status_code=200 if ready else 503)
-
-    async def prometheus(request: Request) -> Response:
-        # ?name[]=... exposes only those series, as prometheus_client's own handlers do:
-        # the autoscaler polls one counter between its rounds.
-        names = request.query_params.getlist("name[]")
-        source = registry.restricted_registry(names) if names else registry
-        return Response(generate_latest(source), media_type=CONTENT_TYPE_LATEST)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
@@ -178,8 +196,9 @@ def create_app(
         Route("/v1/models", endpoint("models", models), methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
-        Route("/metrics", prometheus, methods=["GET"]),
     ]
+    if serve_metrics:
+        routes.append(_metrics_route(registry))
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
@@ -189,6 +208,22 @@ def create_app(
     # without x-request-id (found by tandem_dev.faults.fuzz).
     app.router.redirect_slashes = False
     return app
+
+
+def create_metrics_app(registry: CollectorRegistry) -> Starlette:
+    """/metrics alone, for the scraper's own port."""
+    return Starlette(routes=[_metrics_route(registry)])
+
+
+def _metrics_route(registry: CollectorRegistry) -> Route:
+    async def prometheus(request: Request) -> Response:
+        # ?name[]=... exposes only those series, as prometheus_client's own handlers do:
+        # the autoscaler polls one counter between its rounds.
+        names = request.query_params.getlist("name[]")
+        source = registry.restricted_registry(names) if names else registry
+        return Response(generate_latest(source), media_type=CONTENT_TYPE_LATEST)
+
+    return Route("/metrics", prometheus, methods=["GET"])
 
 
 def create_frontend_admin_app(health: ClusterHealth) -> Starlette:
@@ -213,6 +248,8 @@ def error_response(exc: TandemError, metrics: FrontendMetrics | None = None) -> 
     headers = {}
     if isinstance(exc, OverloadedError):
         headers["retry-after"] = str(exc.retry_after_seconds)
+    if exc.http_status == 401:
+        headers["www-authenticate"] = "Bearer"
     return JSONResponse(body.model_dump(), status_code=exc.http_status, headers=headers)
 
 

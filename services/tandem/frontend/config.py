@@ -17,7 +17,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from tandem.api.v1alpha1 import EngineKind, InferenceCluster, ModelSpec, RoutingPolicy
+from tandem.api.v1alpha1 import (
+    EngineKind,
+    FrontendSpec,
+    InferenceCluster,
+    ModelSpec,
+    RoutingPolicy,
+    TenantLimitsSpec,
+)
 from tandem.router.messages import RouterConfig
 from tandem.router.policy import PolicyConfig, WorkerRole
 from tandem.router.targets import validate_target
@@ -37,11 +44,51 @@ class DisaggregationSettings(_Doc):
     max_prefill_start_wait_seconds: float | None = Field(default=None, gt=0)
 
 
+class TenantLimits(_Doc):
+    """One tenant's share and limits (``None``: unlimited)."""
+
+    weight: int = Field(default=1, ge=1, le=1000)
+    max_in_flight_requests: int | None = Field(default=None, ge=1)
+    tokens_per_minute: int | None = Field(default=None, ge=1)
+
+
+class TenancySettings(_Doc):
+    """Limits of the tenants the spec names; every other tenant gets ``defaults``."""
+
+    defaults: TenantLimits = Field(default_factory=TenantLimits)
+    tenants: dict[str, TenantLimits] = Field(default_factory=dict)
+
+
+def tenancy_settings(spec: FrontendSpec) -> TenancySettings:
+    """Pure: the tenants' limits as the spec sets them (local runs and the operator)."""
+
+    def limits(tenant: TenantLimitsSpec) -> TenantLimits:
+        return TenantLimits(
+            weight=tenant.weight,
+            max_in_flight_requests=tenant.max_in_flight_requests,
+            tokens_per_minute=tenant.tokens_per_minute,
+        )
+
+    return TenancySettings(
+        defaults=limits(spec.tenant_defaults), tenants={t.name: limits(t) for t in spec.tenants}
+    )
+
+
 class FrontendSettings(_Doc):
     routing_policy: RoutingPolicy = RoutingPolicy.KV_AWARE
     disaggregation: DisaggregationSettings = Field(default_factory=DisaggregationSettings)
     max_queued_requests: int = Field(default=256, ge=1)
     max_migrations: int = Field(default=2, ge=0)
+    tenancy: TenancySettings = Field(default_factory=TenancySettings)
+
+
+class ApiKeySettings(_Doc):
+    """``Authorization: Bearer`` keys (``tandem.frontend.api_keys``): records read from
+    ``directories`` (mounted Secrets) and re-read every ``reloadSeconds`` if changed."""
+
+    required: bool = True
+    directories: list[str] = Field(default_factory=list)
+    reload_seconds: float = Field(default=5.0, gt=0)
 
 
 class RouterTuning(_Doc):
@@ -56,6 +103,10 @@ class RouterTuning(_Doc):
     health_timeout_seconds: float = Field(default=2.0, gt=0)
     max_prefill_attempts: int = Field(default=2, ge=1)
     max_decode_attempts: int = Field(default=3, ge=1)
+    # Requests sent on and awaiting their first token, per ready worker (at least this
+    # many in all); more wait in the frontend's tenant queue and leave in weighted-fair
+    # order (tandem.frontend.tenancy).
+    dispatch_depth: int = Field(default=2, ge=1)
 
 
 class FrontendConfig(_Doc):
@@ -73,6 +124,11 @@ class FrontendConfig(_Doc):
     max_body_bytes: int | None = Field(default=None, ge=1024)
     # The engine's context window, when smaller than maxInputTokens + maxOutputTokens.
     max_context_tokens: int | None = Field(default=None, ge=2)
+    # None: no keys, which the frontend accepts only on a loopback address.
+    api_keys: ApiKeySettings | None = None
+    # Set: /metrics is served on this port only, never on the API's (the scraper's port,
+    # which the cluster's NetworkPolicy opens to the operator and Prometheus alone).
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
 
     @field_validator("workers")
     @classmethod
@@ -147,9 +203,10 @@ def render_frontend_config(
     workers: dict[str, str | list[str]],
     *,
     router: RouterTuning | None = None,
+    api_keys: ApiKeySettings | None = None,
 ) -> dict[str, object]:
     """Pure: the contract document for ``cluster`` with the given worker targets
-    (the operator renders the same shape with DNS targets)."""
+    (the operator renders the same shape with DNS targets); ``api_keys`` None: keyless."""
     spec = cluster.spec
     doc = FrontendConfig(
         cluster=cluster.metadata.name,
@@ -166,11 +223,13 @@ def render_frontend_config(
             ),
             max_queued_requests=spec.frontend.max_queued_requests,
             max_migrations=spec.frontend.max_migrations,
+            tenancy=tenancy_settings(spec.frontend),
         ),
         workers=workers,
         kv_transfer_timeout_seconds=spec.kv_transfer.timeout_seconds,
         engine_kind=spec.engine.kind,
         router=router or RouterTuning(),
+        api_keys=api_keys,
     )
     return doc.model_dump(mode="json", by_alias=True, exclude_none=True)
 

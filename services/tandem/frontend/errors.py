@@ -53,6 +53,20 @@ class MethodNotAllowedError(TandemError):
     http_status = 405
 
 
+class MissingApiKeyError(TandemError):
+    type = INVALID_REQUEST
+    code = "missing_api_key"
+    http_status = 401
+
+
+class InvalidApiKeyError(TandemError):
+    """Unknown, revoked or malformed: the message never echoes the key."""
+
+    type = INVALID_REQUEST
+    code = "invalid_api_key"
+    http_status = 401
+
+
 class InternalError(TandemError):
     """A bug on our side. The message is generic; details go to the log only."""
 

@@ -1,12 +1,14 @@
 """The frontend's Prometheus series (latency as clients see it, requests, errors).
 
 Labels are bounded: ``endpoint`` (chat|completions|models|other), ``status`` (HTTP
-status code), ``code`` (our error codes), ``path`` (remote|local).
+status code), ``code`` (our error codes), ``path`` (remote|local), ``tenant`` (a tenant
+the frontend document names, ``anonymous``, or ``other``: see
+``tandem.frontend.tenancy.tenant_label``).
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.5)
@@ -75,5 +77,46 @@ class FrontendMetrics:
         self.generation_tokens = Counter(
             "tandem_frontend_generation_tokens_total",
             "Tokens generated for clients.",
+            registry=registry,
+        )
+
+
+# Time a request waits in the frontend's tenant queue: none at all while there is room,
+# up to the first-token timeout under overload.
+HELD_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class TenantMetrics:
+    """Per-tenant series of ``tandem.frontend.tenancy`` (``tenant`` label bounded)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "tandem_frontend_tenant_requests_total",
+            "Requests by tenant and what the tenant gate did with them, once each: "
+            "admitted (sent to the router), rejected_in_flight, rejected_tokens (429 or "
+            "400 from the tenant's limits), queue_full (429: the queue was full), "
+            "displaced (429: held, then pushed out by a tenant under its fair share), "
+            "cancelled (the client left while held).",
+            ["tenant", "outcome"],
+            registry=registry,
+        )
+        self.held = Gauge(
+            "tandem_frontend_tenant_held_requests",
+            "Requests held in the frontend's tenant queue (not yet sent to the router).",
+            ["tenant"],
+            registry=registry,
+        )
+        self.tokens = Counter(
+            "tandem_frontend_tenant_tokens_total",
+            "Tokens by tenant: prompt (counted at the first token) and generated.",
+            ["tenant", "kind"],
+            registry=registry,
+        )
+        self.held_seconds = Histogram(
+            "tandem_frontend_tenant_queue_wait_seconds",
+            "Time each request sent to the router spent held in the frontend's tenant "
+            "queue (0 when there was room).",
+            ["tenant"],
+            buckets=HELD_BUCKETS,
             registry=registry,
         )

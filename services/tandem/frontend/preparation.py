@@ -38,10 +38,15 @@ class ServingConfig:
     created: int = 0  # unix time the model was loaded (for /v1/models)
 
 
+# The tenant of every request to a frontend that takes no API keys.
+ANONYMOUS_TENANT = "anonymous"
+
+
 @dataclass(frozen=True, slots=True)
 class RequestContext:
     request_id: str
     arrival: float  # monotonic clock reading when the request arrived
+    tenant: str = ANONYMOUS_TENANT  # whose API key it came with
 
 
 @dataclass(frozen=True, slots=True)

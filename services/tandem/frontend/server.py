@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -14,15 +15,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import uvicorn
-from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client import CollectorRegistry, Gauge, ProcessCollector
 from starlette.applications import Starlette
 
-from tandem.admin import bind_unix, create_embedded_server
-from tandem.frontend.app import create_app
-from tandem.frontend.config import FrontendConfig, compute_router_config
-from tandem.frontend.metrics import FrontendMetrics
+from tandem.admin import bind_tcp, bind_unix, create_embedded_server
+from tandem.frontend.api_keys import KeyStore
+from tandem.frontend.app import create_app, create_metrics_app
+from tandem.frontend.config import ApiKeySettings, FrontendConfig, compute_router_config
+from tandem.frontend.metrics import FrontendMetrics, TenantMetrics
 from tandem.frontend.preparation import ServingConfig
 from tandem.frontend.serving import OpenAIServing
+from tandem.frontend.tenancy import TenantGate
 from tandem.router.kv_index import KvIndex
 from tandem.router.membership import MembershipSource
 from tandem.router.metrics import RouterMetrics
@@ -60,7 +63,8 @@ def build_frontend(
 
     ``tokenizer`` defaults to the one the model spec selects; the router routes only to
     workers that report the same one (``fingerprint``). ``index``: where the router
-    learns what workers cache (default: their KV events, ``KvIndex``)."""
+    learns what workers cache (default: their KV events, ``KvIndex``). With a
+    ``metricsPort``, /metrics is served by ``app.state.metrics_app`` alone."""
     if registry is None:
         registry = CollectorRegistry()
         ProcessCollector(registry=registry)  # process_resident_memory_bytes & co.
@@ -77,6 +81,12 @@ def build_frontend(
     )
     executor = ThreadPoolExecutor(tokenizer_threads(), thread_name_prefix="tokenizer")
     frontend_metrics = FrontendMetrics(registry)
+    gate = TenantGate(
+        router,
+        config.frontend.tenancy,
+        TenantMetrics(registry),
+        dispatch_depth=config.router.dispatch_depth,
+    )
     serving = OpenAIServing(
         ServingConfig(
             served_model=config.served_model,
@@ -91,12 +101,15 @@ def build_frontend(
         frontend_metrics,
         clock=clock,
         executor=executor,
+        gate=gate,
     )
+
+    keys = _key_store(config.api_keys, registry)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
-            async with router.running():
+            async with router.running(), _reloading(keys, config.api_keys):
                 yield
         finally:
             executor.shutdown(wait=False, cancel_futures=True)
@@ -110,20 +123,74 @@ def build_frontend(
         id_factory=id_factory,
         lifespan=lifespan,
         clock=clock,
+        keys=keys,
+        serve_metrics=config.metrics_port is None,
     )
+    app.state.metrics_app = create_metrics_app(registry) if config.metrics_port else None
     return app, router
 
 
+def _key_store(settings: ApiKeySettings | None, registry: CollectorRegistry) -> KeyStore | None:
+    """The API keys to require, read once now (None: keyless on purpose)."""
+    if settings is None or not settings.required:
+        return None
+    keys = KeyStore([Path(d) for d in settings.directories])
+    keys.reload()
+    Gauge(
+        "tandem_frontend_api_keys",
+        "API keys this frontend accepts (records read from its key Secrets).",
+        registry=registry,
+    ).set_function(lambda: keys.key_count)
+    Gauge(
+        "tandem_frontend_api_key_records_invalid",
+        "Items of the key Secrets that are not valid key records (named in the log).",
+        registry=registry,
+    ).set_function(lambda: keys.invalid_count)
+    return keys
+
+
+@contextlib.asynccontextmanager
+async def _reloading(keys: KeyStore | None, settings: ApiKeySettings | None) -> AsyncIterator[None]:
+    """Re-read the key records every ``reloadSeconds`` while the app runs."""
+    if keys is None or settings is None:
+        yield
+        return
+
+    async def reload_forever() -> None:
+        while True:
+            await asyncio.sleep(settings.reload_seconds)
+            try:
+                await asyncio.to_thread(keys.reload)
+            except Exception:  # keep the keys we have; say why once per failure
+                logger.exception("API keys: reload failed; keeping the previous keys")
+
+    task = asyncio.create_task(reload_forever())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 async def serve(
-    app: Starlette, host: str, port: int, *, admin: tuple[Starlette, Path] | None = None
+    app: Starlette,
+    host: str,
+    port: int,
+    *,
+    admin: tuple[Starlette, Path] | None = None,
+    metrics: tuple[Starlette, int] | None = None,
 ) -> None:
     """Serve until cancelled or signalled; prints ``READY <port>`` once listening.
-    ``admin``: an app served on a Unix socket next to it (``tandem.admin``)."""
-    admin_server = None
+    ``admin``: an app served on a Unix socket next to it (``tandem.admin``);
+    ``metrics``: an app and the port it is served on, on the same host."""
+    companions: list[tuple[uvicorn.Server, socket.socket]] = []
     if admin is not None:
         admin_app, admin_socket = admin
-        admin_server = create_embedded_server(admin_app)
-        admin_sockets = [bind_unix(admin_socket)]
+        companions.append((create_embedded_server(admin_app), bind_unix(admin_socket)))
+    if metrics is not None:
+        metrics_app, metrics_port = metrics
+        companions.append((create_embedded_server(metrics_app), bind_tcp(host, metrics_port)))
     server = uvicorn.Server(
         uvicorn.Config(
             app,
@@ -136,9 +203,9 @@ async def serve(
     )
     async with asyncio.TaskGroup() as tasks:
         serving = tasks.create_task(server.serve())
-        if admin_server is not None:
-            tasks.create_task(admin_server.serve(sockets=admin_sockets))
-            serving.add_done_callback(lambda _: setattr(admin_server, "should_exit", True))
+        for companion, sock in companions:
+            tasks.create_task(companion.serve(sockets=[sock]))
+            serving.add_done_callback(_stop_with(companion))
         while not server.started:
             if serving.done():
                 return
@@ -146,3 +213,12 @@ async def serve(
         sockets = [s for srv in server.servers for s in srv.sockets]
         bound = sockets[0].getsockname()[1] if sockets else port
         print(f"READY {bound}", flush=True)
+
+
+def _stop_with(companion: uvicorn.Server) -> Callable[[object], None]:
+    """A done-callback that stops ``companion`` when the main server stops."""
+
+    def stop(_: object) -> None:
+        companion.should_exit = True
+
+    return stop

@@ -60,6 +60,7 @@ from tandem.frontend.protocol import (
     Usage,
 )
 from tandem.frontend.stopping import StopStringMatcher
+from tandem.frontend.tenancy import TenantGate
 from tandem.router.messages import GenerationChunk, GenerationRequest, RouteInfo
 from tandem.tokenization import ChatMessage, TokenizationError, Tokenizer
 from tandem.tokenization.chat_output import PlainChatOutput
@@ -104,12 +105,16 @@ class OpenAIServing:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         executor: Executor | None = None,
+        gate: TenantGate | None = None,
     ) -> None:
-        """``executor`` runs tokenizer work (None: the event loop's default pool)."""
+        """``executor`` runs tokenizer work (None: the event loop's default pool).
+        ``gate``: per-tenant limits and fair queuing in front of ``generator``
+        (``tandem.frontend.tenancy``); None sends every request straight on."""
         self.config = config
         self._tokenizer = tokenizer
         self._executor = executor
         self._generator = generator
+        self._gate = gate
         self._stops = tokenizer.stop_token_ids
         self._metrics = metrics
         self._clock = clock
@@ -224,9 +229,12 @@ class OpenAIServing:
         self, prepared: PreparedRequest
     ) -> tuple[AsyncIterator[GenerationChunk], GenerationChunk]:
         """Route the request and wait for its first token (errors raise here)."""
-        stream = self._generator.generate(
-            GenerationRequest(prepared.ctx.request_id, prepared.prompt, prepared.sampling)
-        )
+        request = GenerationRequest(prepared.ctx.request_id, prepared.prompt, prepared.sampling)
+        stream: AsyncIterator[GenerationChunk]
+        if self._gate is not None:
+            stream = self._gate.generate(prepared.ctx.tenant, request)
+        else:
+            stream = self._generator.generate(request)
         try:
             first = await anext(stream)
         except StopAsyncIteration:

@@ -5,10 +5,12 @@ regions (framing in ``kv.tcp_wire``); the decode side sends one batch of ranges 
 and receives the bytes into its local memoryviews.
 
 Who may read: with a ``CredentialStore`` every connection starts with a TLS 1.3 handshake
-in which both ends present the cluster's member certificate and check the other's
-against the cluster's CAs (the credentials current at that moment: a rotation applies to
-new connections). A peer without them is refused before it can send a request. Without
-credentials (loopback-only members) the same protocol runs in plaintext.
+in which both ends present their certificate and check the other's against the cluster's
+CAs (the credentials current at that moment: a rotation applies to new connections). A
+peer without them is refused before it can send a request. A peer of the cluster whose
+certificate is not a worker's (the frontend's: ``security.identity``) is answered
+``PERMISSION_DENIED`` to its first request, whatever it asks, and the connection is
+closed. Without credentials (loopback-only members) the same protocol runs in plaintext.
 
 What may be read: every requested range is checked against the registered regions before
 a byte is sent, and a request may not ask for more bytes in total than are registered
@@ -47,6 +49,7 @@ from tandem.kv.ranges import check_ranges, plan_segments
 from tandem.kv.tcp_exchange import CHUNK_BYTES, StaleConnection, exchange_on
 from tandem.kv.transport import KvTransport, PeerInfo, TransferStats
 from tandem.security.credentials import CredentialStore
+from tandem.security.identity import ssl_peer
 
 logger = logging.getLogger(__name__)
 
@@ -185,6 +188,7 @@ class TcpTransport(KvTransport):
         conn = await self._accept_tls(sock)
         if conn is None:
             return
+        refusal = self._refusal(conn)
         try:
             io.make_blocking(conn, self._serve_timeout_s)
             while True:
@@ -193,22 +197,45 @@ class TcpTransport(KvTransport):
                         await io.wait_readable(conn)
                 except TimeoutError:
                     return  # idle too long
-                if not await self._serve_threads.run(conn, self._answer, conn):
+                if not await self._serve_threads.run(conn, self._answer, conn, refusal):
                     return
         except (OSError, io.PeerClosed) as exc:
             logger.info("TCP KV agent %s: a read was abandoned: %r", self.name, exc)
         finally:
             conn.close()
 
-    def _answer(self, conn: io.Conn) -> bool:
+    def _refusal(self, conn: io.Conn) -> str | None:
+        """Why this authenticated connection may read nothing (its certificate is not a
+        worker's), logged and counted once; None when it may read (or is plaintext)."""
+        if not isinstance(conn, ssl.SSLSocket):
+            return None
+        peer = ssl_peer(conn)
+        if peer.is_worker:
+            return None
+        logger.warning(
+            "TCP KV agent %s refused %s from %s: only workers may read KV",
+            self.name,
+            peer.name,
+            _peer_name(conn),
+        )
+        self.on_refused_peer(peer.name)
+        return f"PERMISSION_DENIED: {peer.name} is not a worker; only workers may read KV"
+
+    def _answer(self, conn: io.Conn, refusal: str | None = None) -> bool:
         """(On a serving thread.) Read one request and stream the requested ranges, or
-        send an error reply when refusing; returns whether the connection may serve
-        another request (False also when the peer closed it while idle)."""
+        send an error reply when refusing (``refusal``: the peer may read nothing);
+        returns whether the connection may serve another request (False also when the
+        peer closed it while idle)."""
         try:
             prefix = io.recv_exactly(conn, wire.REQUEST_PREFIX_BYTES)
         except io.PeerClosed:
             return False  # the reader closed an idle connection: normal
+        # The whole request is read even when refusing, so the reply is not lost to a
+        # reset from unread bytes when the connection closes.
         checked = self._check_request(conn, prefix)
+        if refusal is not None:
+            io.send_all(conn, wire.encode_error(refusal))
+            return False
         if isinstance(checked, str):
             logger.warning("TCP KV agent %s refused a read: %s", self.name, checked)
             io.send_all(conn, wire.encode_error(checked))

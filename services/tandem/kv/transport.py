@@ -54,7 +54,7 @@ Transports are used from one asyncio event loop; they are not thread-safe.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -99,6 +99,9 @@ class KvTransport(ABC):
     def __init__(self, worker_id: str, incarnation: str) -> None:
         self.worker_id = worker_id
         self.incarnation = incarnation
+        # Called with the peer's identity whenever the prefill side refuses a reader
+        # that authenticated but is not a worker (the worker counts these).
+        self.on_refused_peer: Callable[[str], None] = lambda _identity: None
 
     @property
     def name(self) -> str:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Mapping
 
 from tandem.router.dispatch import Dispatcher
 from tandem.router.errors import (
@@ -88,6 +89,8 @@ class Router:
         self._idle.set()
         self._background: set[asyncio.Task[None]] = set()
         self._started = False
+        # Requests waiting in front of the router (``count_queued``).
+        self._waiting_outside: list[Callable[[], Mapping[str, tuple[int, int]]]] = []
         # Health rounds: every interval, and at once when membership changes or a
         # request finds no usable worker (``next_round``).
         self._wake = asyncio.Event()
@@ -209,8 +212,27 @@ class Router:
             return False
         return any(s.serves_decode and s.available for s in self._table.snapshots())
 
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def count_queued(self, source: Callable[[], Mapping[str, tuple[int, int]]]) -> None:
+        """Count requests waiting in front of the router (the frontend's tenant queue)
+        in the pool queue gauges the autoscaler reads: they are demand too. ``source``
+        returns (requests, prompt tokens) by pool, and is called at each scrape."""
+        self._waiting_outside.append(source)
+
     def pool_loads(self) -> dict[str, PoolLoad]:
-        return compute_pool_loads(self._table.snapshots())
+        loads = compute_pool_loads(self._table.snapshots())
+        for source in self._waiting_outside:
+            for pool, (requests, tokens) in source().items():
+                load = loads.get(pool, PoolLoad())
+                loads[pool] = dataclasses.replace(
+                    load,
+                    queued_requests=load.queued_requests + requests,
+                    queued_tokens=load.queued_tokens + tokens,
+                )
+        return loads
 
     def workers(self) -> list[WorkerView]:
         return [

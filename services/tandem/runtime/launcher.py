@@ -30,7 +30,7 @@ from tandem.runtime.state import (
     state_path,
 )
 from tandem.runtime.supervisor import StartupError, Supervisor
-from tandem.security import CredentialStore
+from tandem.security import CredentialStore, Identity, identity_dir
 
 Progress = Callable[[str], None]
 
@@ -67,6 +67,12 @@ def _claim_state_dir(name: str, home: Path | None) -> Path:
 
 
 _OTHER_PORT = "pass --port N (0 picks a free one)"
+# Local clusters take no API keys: they listen on loopback alone (the frontend refuses
+# to serve keyless anywhere else), while an in-cluster frontend requires keys.
+KEYLESS_NOTE = (
+    "no API keys: the endpoint listens on 127.0.0.1 only, so anyone on this machine may "
+    "use it (in Kubernetes, keys are required: docs/security.md)"
+)
 
 
 def choose_port(requested: int, home: Path | None = None) -> int:
@@ -151,13 +157,15 @@ def run_foreground(
                 frontend_url=plan.endpoint.removesuffix("/v1"),
                 state_dir=directory,
                 progress=progress,
-                credentials=CredentialStore(plan.credentials_dir),
+                # Drain is not worker-only: the supervisor calls it as the frontend.
+                credentials=CredentialStore(identity_dir(plan.credentials_dir, Identity.FRONTEND)),
             )
 
     with _stop_on_signals():
         try:
             supervisor.start(before_running=start_autoscaler)
             progress(f"endpoint: {plan.endpoint}  (Ctrl-C or `tandem down --name {name}`)")
+            progress(KEYLESS_NOTE)
             if autoscaler is not None:
                 supervisor.tick_hooks.append(autoscaler)
                 interval = cluster.spec.autoscaling.interval_seconds
@@ -233,6 +241,7 @@ def detach(
             for line in follower.new_lines():
                 progress(line)
             progress(f"endpoint: {state.endpoint}  (stop with `tandem down --name {name}`)")
+            progress(KEYLESS_NOTE)
             return 0
         if child.poll() is not None or (state is not None and state.phase is Phase.FAILED):
             for line in follower.new_lines():

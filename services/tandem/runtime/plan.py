@@ -5,9 +5,10 @@ line, environment, port and log file, and the documents to write before starting
 (the frontend's configuration -- the same contract document the operator mounts in
 pods -- and the worker membership file the frontend watches). Ports are inputs:
 choosing free ones is I/O and happens in the launcher. Every process gets
-``--credentials <state dir>/credentials``: the cluster's own CA bundle and member
-certificate, which the supervisor issues when it starts the cluster, so frontend and
-workers talk mutual TLS even on one machine.
+``--credentials <state dir>/credentials/<role>``: the cluster's own CA bundle and the
+certificate of its role (``worker`` or ``frontend``), which the supervisor issues when it
+starts the cluster, so frontend and workers talk mutual TLS even on one machine and the
+frontend cannot read KV from workers.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from typing import Any
 
 from tandem.api.v1alpha1 import EngineKind, InferenceCluster, PoolRole, PoolSpec
 from tandem.engines.simulated.config import render_simulated_options
-from tandem.frontend.config import render_frontend_config
+from tandem.frontend.config import ApiKeySettings, render_frontend_config
 from tandem.router.membership import Member, render_members
 from tandem.router.policy import WorkerRole
+from tandem.security.credentials import identity_dir
+from tandem.security.identity import Identity
 from tandem.tokenization.selection import choose_tokenizer
 
 LOCAL_HOST = "127.0.0.1"
@@ -88,6 +91,12 @@ def credentials_dir(state_dir: Path) -> Path:
     return state_dir / "credentials"
 
 
+def role_credentials_dir(state_dir: Path, identity: Identity) -> Path:
+    """The credentials processes of role ``identity`` get (``credentials_dir``'s
+    ``worker/`` or ``frontend/``)."""
+    return identity_dir(credentials_dir(state_dir), identity)
+
+
 def count_workers(cluster: InferenceCluster) -> int:
     """How many worker ports ``plan_local`` needs."""
     return cluster.spec.prefill.replicas + cluster.spec.decode.replicas
@@ -102,8 +111,10 @@ def plan_local(
     python: str,
     worker_module: str = WORKER_MODULE,
     kv_backend: str | None = None,
+    api_key_dirs: Sequence[Path] = (),
 ) -> LocalPlan:
-    """The local processes and documents for ``cluster`` (pure)."""
+    """The local processes and documents for ``cluster`` (pure). ``api_key_dirs``:
+    directories of API key records the frontend requires (none: keyless on loopback)."""
     if len(worker_ports) != count_workers(cluster):
         raise ValueError(f"need {count_workers(cluster)} worker ports, got {len(worker_ports)}")
     ports = iter(worker_ports)
@@ -129,7 +140,11 @@ def plan_local(
     ]
     members_file = state_dir / "members.json"
     frontend_doc = render_frontend_config(
-        cluster, {role.value: f"file://{members_file}" for role in PoolRole}
+        cluster,
+        {role.value: f"file://{members_file}" for role in PoolRole},
+        api_keys=ApiKeySettings(directories=[str(d) for d in api_key_dirs])
+        if api_key_dirs
+        else None,
     )
     frontend_config = state_dir / "frontend.json"
     frontend = ProcessSpec(
@@ -140,7 +155,7 @@ def plan_local(
             "--config", str(frontend_config),
             "--host", LOCAL_HOST,
             "--port", str(frontend_port),
-            "--credentials", str(credentials_dir(state_dir)),
+            "--credentials", str(role_credentials_dir(state_dir, Identity.FRONTEND)),
         ),
         port=frontend_port,
         log=state_dir / "logs" / "frontend.log",
@@ -201,7 +216,7 @@ def plan_worker(
             "--worker-id", f"{cluster.metadata.name}-{name}",
             "--host", LOCAL_HOST,
             "--port", str(port),
-            "--credentials", str(credentials_dir(state_dir)),
+            "--credentials", str(role_credentials_dir(state_dir, Identity.WORKER)),
             "--engine", spec.engine.kind.value,
             "--engine-options", json.dumps(options, sort_keys=True),
             *_tokenizer_flags(cluster),

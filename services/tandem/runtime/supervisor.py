@@ -42,7 +42,7 @@ from tandem.router.policy import WorkerRole
 from tandem.runtime.backoff import crashes_in_a_row, restart_delay
 from tandem.runtime.plan import LocalPlan, ProcessSpec, plan_worker
 from tandem.runtime.state import ClusterState, Phase, ProcessState, write_state
-from tandem.security import CredentialBundle, issue, write_bundle
+from tandem.security import issue, write_identities
 from tandem.security.credentials import utc_now
 
 _POLL_S = 0.1
@@ -111,7 +111,7 @@ class Supervisor:
         (plan.state_dir / "logs").mkdir(parents=True, exist_ok=True)
         for path, text in plan.documents.items():
             path.write_text(text)
-        write_bundle(plan.credentials_dir, CredentialBundle.of(issue(plan.cluster, self._now())))
+        write_identities(plan.credentials_dir, issue(plan.cluster, self._now()))
         self._save()
         deadline = time.monotonic() + self._startup_timeout_s
         sizes = ", ".join(f"{len(p.workers)} {r.value}" for r, p in plan.pools.items())

@@ -1,8 +1,10 @@
 """A member's credentials on disk: read, checked, and re-read when they change.
 
 A credentials directory holds three PEM files (``ca.crt``: the CAs this member trusts,
-``tls.crt`` + ``tls.key``: what it presents). The operator mounts them from the cluster's
-Secret; ``tandem up`` writes them into the cluster's state directory.
+``tls.crt`` + ``tls.key``: what it presents, the certificate of its role). The operator
+mounts them from the cluster's Secret (each role's pods get their own pair under these
+names); ``tandem up`` writes one directory per role into the cluster's state directory
+(``write_identities``).
 
 Kubernetes replaces a mounted Secret's files atomically (a symlink to a new timestamped
 directory) about a minute after the Secret changes. ``CredentialStore.current`` looks at
@@ -29,7 +31,8 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 
-from tandem.security.pki import CredentialBundle
+from tandem.security.identity import Identity
+from tandem.security.pki import CredentialBundle, Issued
 
 logger = logging.getLogger(__name__)
 
@@ -152,6 +155,21 @@ def write_bundle(directory: Path, bundle: CredentialBundle) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as out:
             out.write(data)
+
+
+def identity_dir(directory: Path, identity: Identity) -> Path:
+    """Where ``write_identities`` puts the credentials of ``identity``."""
+    return directory / identity.value
+
+
+def write_identities(directory: Path, issued: Issued) -> None:
+    """Each role's credentials (the CA, its certificate and key) in its own directory
+    under ``directory`` (``worker/``, ``frontend/``), all readable by their owner only,
+    so each process can be given only its own."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+    for identity in Identity:
+        write_bundle(identity_dir(directory, identity), CredentialBundle.of(issued, identity))
 
 
 def utc_now() -> datetime:

@@ -1,15 +1,18 @@
-"""A cluster's own certificate authority and the one member certificate it signs.
+"""A cluster's own certificate authority and the two role certificates it signs.
 
-Every InferenceCluster (and every ``tandem up`` cluster) gets its own CA. The CA signs a
-single member certificate + key that all of the cluster's frontends and workers present
-and accept (mutual TLS): holding it *is* membership. The CA's private key signs that one
-certificate and is then thrown away, so no file anywhere can mint another member; a
-rotation makes a new CA and a new member certificate (``tandem_operator.render.credentials``).
+Every InferenceCluster (and every ``tandem up`` cluster) gets its own CA. The CA signs
+one certificate + key per role: the **worker** certificate every worker presents, and the
+**frontend** certificate the frontends present (mutual TLS). Holding either one is
+membership of the cluster; which one says what the holder may call (``security.identity``:
+only workers may pull KV). The CA's private key signs those two certificates and is then
+thrown away, so no file anywhere can mint another member; a rotation makes a new CA and
+new certificates (``tandem_operator.render.credentials``).
 
-Keys are ECDSA P-256 (fast to make, supported by gRPC's BoringSSL and by OpenSSL). The
-member certificate names ``server_name(cluster)`` as its DNS SAN: peers dial pod IPs and
-check that name instead (gRPC ``ssl_target_name_override``, ``ssl`` ``server_hostname``).
-The clock is a parameter; randomness is the OS's (key generation, serial numbers).
+Keys are ECDSA P-256 (fast to make, supported by gRPC's BoringSSL and by OpenSSL). Both
+certificates name ``server_name(cluster)`` as their DNS SAN: peers dial pod IPs and
+check that name instead (gRPC ``ssl_target_name_override``, ``ssl`` ``server_hostname``);
+the role is a URI SAN (``identity_uri``). The clock is a parameter; randomness is the
+OS's (key generation, serial numbers).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tandem.security.identity import Identity, identity_uri
+
 DEFAULT_LIFETIME = timedelta(days=365)
 # Tolerates clocks a little behind the issuer's.
 BACKDATE = timedelta(minutes=5)
@@ -30,12 +35,21 @@ SERVER_NAME_SUFFIX = "tandem.internal"
 
 @dataclass(frozen=True, slots=True)
 class Issued:
-    """One CA certificate and the member certificate + key it signed (PEM)."""
+    """One CA certificate and the two role certificates + keys it signed (PEM):
+    ``cert``/``key`` for workers, ``frontend_cert``/``frontend_key`` for frontends."""
 
     ca_cert: bytes
     cert: bytes
     key: bytes
     not_after: datetime
+    frontend_cert: bytes
+    frontend_key: bytes
+
+    def pair(self, identity: Identity) -> tuple[bytes, bytes]:
+        """The certificate and key of ``identity``."""
+        if identity is Identity.FRONTEND:
+            return self.frontend_cert, self.frontend_key
+        return self.cert, self.key
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +61,9 @@ class CredentialBundle:
     key: bytes
 
     @classmethod
-    def of(cls, issued: Issued) -> CredentialBundle:
-        return cls(issued.ca_cert, issued.cert, issued.key)
+    def of(cls, issued: Issued, identity: Identity = Identity.WORKER) -> CredentialBundle:
+        """What a member of role ``identity`` holds right after ``issued``."""
+        return cls(issued.ca_cert, *issued.pair(identity))
 
 
 def server_name(cluster: str) -> str:
@@ -57,7 +72,8 @@ def server_name(cluster: str) -> str:
 
 
 def issue(cluster: str, now: datetime, lifetime: timedelta = DEFAULT_LIFETIME) -> Issued:
-    """A fresh CA for ``cluster`` and its member certificate, valid from ``now``."""
+    """A fresh CA for ``cluster`` and its worker and frontend certificates, valid from
+    ``now``."""
     not_before, not_after = now - BACKDATE, now + lifetime
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{cluster} tandem CA")])
@@ -76,11 +92,36 @@ def issue(cluster: str, now: datetime, lifetime: timedelta = DEFAULT_LIFETIME) -
         )
         .sign(ca_key, hashes.SHA256())
     )
-    key = ec.generate_private_key(ec.SECP256R1())
     name = server_name(cluster)
-    member = (
+    worker_cert, worker_key = _leaf(ca_key, ca_name, name, Identity.WORKER, not_before, not_after)
+    frontend_cert, frontend_key = _leaf(
+        ca_key, ca_name, name, Identity.FRONTEND, not_before, not_after
+    )
+    return Issued(
+        ca_cert=ca.public_bytes(serialization.Encoding.PEM),
+        cert=worker_cert,
+        key=worker_key,
+        not_after=not_after,
+        frontend_cert=frontend_cert,
+        frontend_key=frontend_key,
+    )
+
+
+def _leaf(
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_name: x509.Name,
+    name: str,
+    identity: Identity,
+    not_before: datetime,
+    not_after: datetime,
+) -> tuple[bytes, bytes]:
+    """A certificate for ``identity`` signed by ``ca_key`` and its key (PEM): DNS SAN
+    ``name`` (what peers check), URI SAN naming the role (what they authorize)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    cert = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .subject_name(subject)
         .issuer_name(ca_name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -94,23 +135,27 @@ def issue(cluster: str, now: datetime, lifetime: timedelta = DEFAULT_LIFETIME) -
             ),
             critical=False,
         )
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [
+                    x509.DNSName(name),
+                    x509.UniformResourceIdentifier(identity_uri(name, identity)),
+                ]
+            ),
+            critical=False,
+        )
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
             critical=False,
         )
         .sign(ca_key, hashes.SHA256())
     )
-    return Issued(
-        ca_cert=ca.public_bytes(serialization.Encoding.PEM),
-        cert=member.public_bytes(serialization.Encoding.PEM),
-        key=key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ),
-        not_after=not_after,
+    pem_key = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
     )
+    return cert.public_bytes(serialization.Encoding.PEM), pem_key
 
 
 def _key_usage(*, cert_sign: bool) -> x509.KeyUsage:

@@ -2,7 +2,11 @@
 
 All behaviour lives in ``WorkerService``; a ``WorkerError`` becomes the gRPC status it
 names, with its message as the details. With credentials the port is mutual TLS: a peer
-without the cluster's certificate fails the handshake and never reaches a method.
+without the cluster's certificate fails the handshake and never reaches a method, and
+the KV data path (``WORKER_ONLY``: claiming held KV, and the KV agent metadata that lets
+a peer read this worker's KV memory) answers only peers holding a worker certificate;
+any other member of the cluster (the frontend) gets PERMISSION_DENIED
+(``security.identity``, docs/security.md "Roles").
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from tandem.proto import worker_pb2 as pb
 from tandem.proto import worker_pb2_grpc
 from tandem.security.credentials import CredentialStore
 from tandem.security.grpc_tls import server_credentials
+from tandem.security.identity import grpc_peer
 from tandem.worker import convert
 from tandem.worker.client import SERVER_OPTIONS
 from tandem.worker.errors import WorkerError
@@ -27,6 +32,10 @@ logger = logging.getLogger(__name__)
 # grpc ships no type information (mypy sees it as Any); name the role for readers.
 Context: TypeAlias = Any  # grpc.aio.ServicerContext
 
+# The methods only workers may call: the rest are what the frontend's router calls
+# (Prefill, Decode, Release, Health, Stats, KvEvents) or the local runtime (Drain).
+WORKER_ONLY = frozenset({"ClaimKv", "KvAgent"})
+
 
 async def _abort(context: Context, exc: WorkerError) -> NoReturn:
     await context.abort(grpc.StatusCode[exc.grpc_status], exc.message)
@@ -36,6 +45,21 @@ async def _abort(context: Context, exc: WorkerError) -> NoReturn:
 class WorkerServicer(worker_pb2_grpc.WorkerServicer):
     def __init__(self, service: WorkerService) -> None:
         self._service = service
+
+    async def _require_worker(self, method: str, context: Context) -> None:
+        """Abort with PERMISSION_DENIED unless the caller holds a worker certificate
+        (plaintext ports, loopback only, have no identities to check)."""
+        peer = grpc_peer(context.auth_context())
+        if peer is None or peer.is_worker:
+            return
+        logger.warning(
+            "refused %s from %s (%s): only workers may call it", method, peer.name, context.peer()
+        )
+        self._service.metrics.refused_peers.labels(method).inc()
+        await context.abort(
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"{peer.name} is not a worker; {method} is for workers",
+        )
 
     async def Prefill(self, request: pb.PrefillRequest, context: Context) -> pb.PrefillResponse:
         try:
@@ -72,6 +96,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             await stream.aclose()
 
     async def ClaimKv(self, request: pb.ClaimKvRequest, context: Context) -> pb.ClaimKvResponse:
+        await self._require_worker("ClaimKv", context)
         claim = self._service.claim_kv(
             request.request_id, request.incarnation, request.claimer, request.read_seconds
         )
@@ -88,6 +113,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         return convert.stats_to_pb(self._service.stats())
 
     async def KvAgent(self, request: pb.KvAgentRequest, context: Context) -> pb.KvAgentResponse:
+        await self._require_worker("KvAgent", context)
         return convert.agent_to_pb(self._service.kv_agent())
 
     async def KvEvents(

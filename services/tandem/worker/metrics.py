@@ -73,6 +73,8 @@ class _EngineCollector(Collector):
 
 CLAIM_OUTCOMES = ("granted", "gone", "wrong_incarnation")
 REFUSAL_REASONS = ("config_mismatch",)
+# What only workers may use: the gRPC methods of the KV path, and the TCP KV port.
+WORKER_ONLY_CALLS = ("ClaimKv", "KvAgent", "kv_tcp")
 
 
 class WorkerMetrics:
@@ -128,6 +130,13 @@ class WorkerMetrics:
             ["reason"],
             registry=registry,
         )
+        self.refused_peers = Counter(
+            "tandem_worker_refused_peers_total",
+            "Calls refused because the caller holds the cluster's frontend certificate, "
+            "not a worker's, by call (ClaimKv, KvAgent, kv_tcp: the TCP KV port).",
+            ["call"],
+            registry=registry,
+        )
 
         # Series with known label values start at 0, so dashboards and rate() see them
         # from the first scrape rather than after the first claim or refusal.
@@ -135,6 +144,8 @@ class WorkerMetrics:
             self.kv_claims.labels(outcome)
         for reason in REFUSAL_REASONS:
             self.kv_refused.labels(reason)
+        for call in WORKER_ONLY_CALLS:
+            self.refused_peers.labels(call)
 
     def watch_load(self, stats: Callable[[], WorkerStats]) -> None:
         self.registry.register(_LoadCollector(stats))

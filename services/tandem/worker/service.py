@@ -87,6 +87,7 @@ class WorkerService:
         self._leases = LeaseTable(config.lease_s, clock, margin_s=config.kv_pin_margin_s)
         self._peers = PeerClients(config.rpc_timeout_s, config.peer_idle_s, clock, credentials)
         self.metrics = WorkerMetrics(registry or CollectorRegistry())
+        transport.on_refused_peer = lambda _peer: self.metrics.refused_peers.labels("kv_tcp").inc()
         self.kv_event_log = KvEventLog(config.worker_id, config.incarnation, _block_size(engine))
         self._driver: EngineDriver
         if isinstance(engine, EngineRunner):

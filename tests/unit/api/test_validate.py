@@ -110,6 +110,61 @@ def test_defaults_fill_a_minimal_cluster() -> None:
         ("metadata.name", "Not_A_Name", "metadata.name", "pattern"),
         ("metadata.name", "x" * 41, "metadata.name", "at most 40"),
         ("spec.frontend", {"port": 70000}, "spec.frontend.port", "less than or equal"),
+        ("spec.frontend", {"port": 9091}, "spec.frontend.port", "metrics port"),
+        (
+            "spec.frontend",
+            {"apiKeys": {"secrets": ["keys", "keys"]}},
+            "spec.frontend.apiKeys.secrets",
+            "must not name a Secret twice",
+        ),
+        (
+            "spec.frontend",
+            {"apiKeys": {"secrets": [f"keys-{i}" for i in range(17)]}},
+            "spec.frontend.apiKeys.secrets",
+            "at most 16 items",
+        ),
+        (
+            "spec.frontend",
+            {"apiKeys": {"secrets": ["Not_A_Secret"]}},
+            "spec.frontend.apiKeys.secrets[0]",
+            "pattern",
+        ),
+        (
+            "spec.frontend",
+            {"apiKeys": {"required": "maybe"}},
+            "spec.frontend.apiKeys.required",
+            "boolean",
+        ),
+        (
+            "spec.frontend",
+            {"tenants": [{"name": "a"}, {"name": "a", "weight": 2}]},
+            "spec.frontend.tenants",
+            "must not name a tenant twice",
+        ),
+        (
+            "spec.frontend",
+            {"tenants": [{"name": f"t{i}"} for i in range(65)]},
+            "spec.frontend.tenants",
+            "at most 64 items",
+        ),
+        (
+            "spec.frontend",
+            {"tenants": [{"name": "Team A"}]},
+            "spec.frontend.tenants[0].name",
+            "pattern",
+        ),
+        (
+            "spec.frontend",
+            {"tenants": [{"name": "a", "weight": 1001}]},
+            "spec.frontend.tenants[0].weight",
+            "less than or equal to 1000",
+        ),
+        (
+            "spec.frontend",
+            {"tenantDefaults": {"maxInFlightRequests": 0}},
+            "spec.frontend.tenantDefaults.maxInFlightRequests",
+            "greater than or equal to 1",
+        ),
     ],
 )
 def test_invalid_input_names_the_field(path: str, value: object, field: str, fragment: str) -> None:

@@ -55,7 +55,7 @@ def test_default_render_matches_the_golden_file(assert_golden: Callable[[str, st
     "sets",
     [
         (),
-        ("replicaCount=1", "operator.watchNamespace=serving", "rbac.create=false"),
+        ("replicaCount=1", "operator.watchNamespaces={serving}", "rbac.create=false"),
         (
             "serviceAccount.create=false",
             "serviceAccount.name=custom",
@@ -147,6 +147,10 @@ def test_notes_explain_port_forward_and_curl() -> None:
     notes = helm("install", "tandem", str(CHART), "--dry-run=client", "-n", "x").stdout
     assert "kubectl port-forward svc/reference-frontend 8000:8000" in notes
     assert "curl http://127.0.0.1:8000/v1/chat/completions" in notes
+    # The frontend requires a key in a cluster: the notes make one and send it.
+    assert "export OPENAI_API_KEY=$(tandem keys add reference --tenant me)" in notes
+    assert '-H "Authorization: Bearer $OPENAI_API_KEY"' in notes
+    assert notes.index("tandem keys add") < notes.index("curl http://127.0.0.1:8000/v1/")
     single = helm("install", "t", str(CHART), "--dry-run=client", "--set", "replicaCount=1").stdout
     assert "WARNING: replicaCount is 1" in single
 
@@ -170,11 +174,40 @@ def test_schema_rejects_typos_and_bad_values(value: str, complaint: str) -> None
     assert complaint in result.stderr
 
 
-def test_watch_namespace_limits_the_operator() -> None:
-    args = by_kind(render("operator.watchNamespace=serving"))["Deployment"]["spec"]["template"][
-        "spec"
-    ]["containers"][0]["args"]
-    assert "--namespace=serving" in args
+def test_watched_namespaces_get_roles_and_the_cluster_role_keeps_only_nodes() -> None:
+    docs = render("operator.watchNamespaces={serving,batch}")
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+    args = by_kind(docs)["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=serving,batch" in args
+    cluster_role = by_kind(docs)["ClusterRole"]
+    assert [r["resources"] for r in cluster_role["rules"]] == [["nodes"]]
+    assert {v for r in cluster_role["rules"] for v in r["verbs"]} == {"list", "watch"}
+    roles = {
+        d["metadata"]["namespace"]: d
+        for d in docs
+        if d["kind"] == "Role" and d["metadata"]["name"].endswith("-operator")
+    }
+    assert set(roles) == {"serving", "batch"}
+    bindings = {
+        d["metadata"]["namespace"]
+        for d in docs
+        if d["kind"] == "RoleBinding" and d["roleRef"]["name"].endswith("-operator")
+    }
+    assert bindings == {"serving", "batch"}
+    for role in roles.values():
+        secrets = [r for r in role["rules"] if "secrets" in r["resources"]]
+        assert secrets and secrets[0]["verbs"] == ["list", "watch", "create", "patch"]
+    # Every namespace: the same rules, cluster-wide, and no Roles.
+    everywhere = render()
+    rules = by_kind(everywhere)["ClusterRole"]["rules"]
+    assert rules[0]["resources"] == ["nodes"]
+    assert rules[1:] == roles["serving"]["rules"]
+    assert not [
+        d
+        for d in everywhere
+        if d["kind"] == "Role" and d["metadata"]["name"].rsplit("-", 1)[-1] == "operator"
+    ]
 
 
 def test_the_operators_metrics_port_admits_only_what_values_allow() -> None:

@@ -38,6 +38,7 @@ from tandem_operator.scaling.decisions import (
     render_scale_patch,
 )
 from tandem_operator.scaling.metrics_source import (
+    FrontendTarget,
     compute_frontend_targets,
     no_source_message,
     parse_url_overrides,
@@ -333,9 +334,9 @@ def test_scaling_active_says_why_not_and_keeps_its_transition_time() -> None:
     assert (off.type, off.status, off.reason) == (ACTIVE, "False", reasons.NO_METRICS_SOURCE)
     assert off.message == (
         "the operator runs outside the cluster, where frontend pods cannot be reached: run it "
-        "with --frontend-metrics-url ns/c=http://127.0.0.1:8000 (e.g. through `kubectl "
-        "port-forward -n ns svc/c-frontend 8000`) or *=URL; until then the pools keep their "
-        "size"
+        "with --frontend-metrics-url ns/c=http://127.0.0.1:9091 (e.g. through `kubectl "
+        "port-forward -n ns deploy/c-frontend 9091`, the frontend's metrics port) or *=URL; "
+        "until then the pools keep their size"
     )
     still = compute_active_condition(problem, previous=[off], generation=2, now=LATER)
     assert still.last_transition_time == NOW
@@ -366,14 +367,19 @@ def test_frontends_are_scraped_by_pod_ip_unless_overridden() -> None:
         pod("f-3", role="frontend", ip="10.0.0.8", ready=False),  # not serving: skip
         pod("f-4", role="frontend"),  # no IP yet
     ]
+    # /metrics on the metrics port (never served on the API port), /readyz on the API's.
     assert compute_frontend_targets(cr, pods, {}, scrape_pods=True) == [
-        "http://10.0.0.7:8000",
-        "http://[fd00::7]:8000",
+        FrontendTarget(metrics="http://10.0.0.7:9091", api="http://10.0.0.7:8000"),
+        FrontendTarget(metrics="http://[fd00::7]:9091", api="http://[fd00::7]:8000"),
     ]
     wildcard = {"*": "http://127.0.0.1:9"}
-    assert compute_frontend_targets(cr, pods, wildcard, scrape_pods=True) == ["http://127.0.0.1:9"]
+    assert compute_frontend_targets(cr, pods, wildcard, scrape_pods=True) == [
+        FrontendTarget.single("http://127.0.0.1:9")
+    ]
     named = {"ns/c": "http://127.0.0.1:1", "*": "http://127.0.0.1:2"}
-    assert compute_frontend_targets(cr, pods, named, scrape_pods=True) == ["http://127.0.0.1:1"]
+    assert compute_frontend_targets(cr, pods, named, scrape_pods=True) == [
+        FrontendTarget.single("http://127.0.0.1:1")
+    ]
     assert compute_frontend_targets(cr, [], {"other/c": "http://x:1"}, scrape_pods=True) == []
 
 
@@ -382,5 +388,5 @@ def test_out_of_cluster_pod_ips_are_never_dialled() -> None:
     assert compute_frontend_targets(cluster(), pods, {}, scrape_pods=False) == []
     override = {"*": "http://127.0.0.1:9"}
     assert compute_frontend_targets(cluster(), pods, override, scrape_pods=False) == [
-        "http://127.0.0.1:9"
+        FrontendTarget.single("http://127.0.0.1:9")
     ]

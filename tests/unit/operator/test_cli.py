@@ -33,7 +33,7 @@ def test_operator_run_flags() -> None:
         ]
     )
     assert args.handler is operator_cli.cmd_operator_run
-    assert (args.kubeconfig, args.namespace, args.metrics_port) == ("/tmp/kc", "serving", 9100)
+    assert (args.kubeconfig, args.namespace, args.metrics_port) == ("/tmp/kc", ["serving"], 9100)
     assert args.leader_election_namespace == "tandem-system"
     assert args.workers == 8
 
@@ -44,6 +44,19 @@ def test_lease_namespace_defaults_to_the_pods_namespace(monkeypatch: pytest.Monk
     monkeypatch.delenv("POD_NAMESPACE")
     monkeypatch.setattr(operator_cli, "SA_NAMESPACE_FILE", Path("/nonexistent"))
     assert operator_cli._default_lease_namespace() == operator_cli.DEFAULT_NAMESPACE
+
+
+def test_in_a_cluster_the_frontends_policy_admits_the_operators_own_pods(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    args = build_parser().parse_args(["operator", "run"])
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert operator_cli.render_settings(args).operator_peer is None  # out of the cluster
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("POD_NAMESPACE", "ops")
+    peer = operator_cli.render_settings(args).operator_peer
+    assert peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}
+    assert peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
 
 
 # ------------------------------------------------------------- images -> rendered pods
@@ -131,3 +144,8 @@ def test_operator_run_help_shows_every_default() -> None:
     ):
         assert shown in text, shown
     assert "(default: None)" not in text and "(default: )" not in text
+
+
+def test_namespaces_repeat_or_separate_with_commas() -> None:
+    assert operator_cli._namespaces(["a,b", " c ", "a", ""]) == ("a", "b", "c")
+    assert operator_cli._namespaces([]) == ()

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import itertools
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 
-from tandem.security import CredentialBundle
+from tandem.api.v1alpha1 import PoolRole
+from tandem.security import CredentialBundle, Identity
 from tandem.security.credentials import CredentialsError, check_bundle
 from tandem.security.pki import Issued, issue, split_pem
 from tandem_operator import names
@@ -17,13 +20,15 @@ from tandem_operator.render.children import render_credentials
 from tandem_operator.render.credentials import (
     MOUNTED_KEYS,
     CredentialState,
+    Member,
     Phase,
     parse_credentials_secret,
     plan_credentials,
     render_credentials_volume,
 )
+from tandem_operator.render.pods import render_frontend_pod_template, render_worker_pod_template
 
-from .test_render import load
+from .test_render import SETTINGS, load
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 WAIT = timedelta(seconds=150)
@@ -40,20 +45,50 @@ class Issuer:
         return self.made[-1]
 
 
+def mounted(state: CredentialState, identity: Identity) -> CredentialBundle:
+    """What a pod of role ``identity`` mounts in this state: the rendered Secret's items,
+    under the file names the pod's volume maps them to."""
+    secret = render_credentials(load("reference-cpu.yaml"), state)
+    items = render_credentials_volume("reference", identity)["secret"]["items"]
+    files = {i["path"]: base64.b64decode(secret["data"][i["key"]]) for i in items}
+    return CredentialBundle(files["ca.crt"], files["tls.crt"], files["tls.key"])
+
+
 def bundle_of(state: CredentialState) -> CredentialBundle:
-    """What a pod mounts in this state."""
-    return CredentialBundle(state.trust, state.current.cert, state.current.key)
+    """What a worker pod mounts in this state."""
+    return mounted(state, Identity.WORKER)
 
 
 def accepts(server: CredentialState, client: CredentialState) -> bool:
-    """Would a member in state ``server`` accept a member in state ``client`` (and the
-    other way round)? Both certificates must chain to the other side's trust."""
-    try:
-        check_bundle(CredentialBundle(server.trust, client.current.cert, client.current.key), T0)
-        check_bundle(CredentialBundle(client.trust, server.current.cert, server.current.key), T0)
-    except CredentialsError:
-        return False
+    """Would members in state ``server`` accept members in state ``client`` (and the
+    other way round), whatever their roles? Every certificate must chain to the other
+    side's trust."""
+    for ours, theirs in itertools.product(Identity, repeat=2):
+        a, b = mounted(server, ours), mounted(client, theirs)
+        try:
+            check_bundle(CredentialBundle(a.trust, b.cert, b.key), T0)
+            check_bundle(CredentialBundle(b.trust, a.cert, a.key), T0)
+        except CredentialsError:
+            return False
     return True
+
+
+def legacy(state: CredentialState) -> CredentialState:
+    """``state`` as a version before roles held it: one member pair for every pod."""
+
+    def strip(m: Member) -> Member:
+        return Member(m.ca, m.cert, m.key)
+
+    nxt = None if state.next is None else strip(state.next)
+    return replace(state, current=strip(state.current), next=nxt)
+
+
+def legacy_secret(state: CredentialState) -> dict[str, Any]:
+    """The Secret the previous version wrote for ``state``: no frontend items."""
+    secret = render_credentials(load("reference-cpu.yaml"), state)
+    for key in ("frontend.crt", "frontend.key", "next-frontend.crt", "next-frontend.key"):
+        secret["data"].pop(key, None)
+    return secret
 
 
 def rotate(issuer: Issuer) -> list[CredentialState]:
@@ -92,6 +127,10 @@ def test_a_requested_rotation_goes_through_three_phases() -> None:
     assert switching.current.cert == new.cert and len(split_pem(switching.trust)) == 2
     assert done.trust == new.ca_cert and done.next is None and done.rotation == "2026-12-02"
     assert old.cert == stable.current.cert
+    # Both roles move together: each phase's pods present the same generation.
+    for state, issued in ((stable, old), (trusting, old), (switching, new), (done, new)):
+        for identity in Identity:
+            assert mounted(state, identity).cert == issued.pair(identity)[0]
 
 
 def test_members_one_phase_apart_always_accept_each_other() -> None:
@@ -149,8 +188,107 @@ def test_an_unusable_secret_parses_as_none(spoil: Any) -> None:
     assert parse_credentials_secret(secret) is None
 
 
-def test_pods_mount_the_member_files_only() -> None:
-    volume = render_credentials_volume("reference")
-    items = volume["secret"]["items"]
-    assert [i["key"] for i in items] == list(MOUNTED_KEYS) == ["ca.crt", "tls.crt", "tls.key"]
-    assert volume["secret"]["defaultMode"] == 0o440
+def test_the_secret_holds_a_pair_per_role_and_the_next_pairs_while_rotating() -> None:
+    stable, trusting, switching, done = rotate(Issuer())
+    role_keys = {"ca.crt", "member-ca.crt", "tls.crt", "tls.key", "frontend.crt", "frontend.key"}
+    next_keys = {"next-ca.crt", "next.crt", "next.key", "next-frontend.crt", "next-frontend.key"}
+    cr = load("reference-cpu.yaml")
+    for state in (stable, switching, done):
+        assert set(render_credentials(cr, state)["data"]) == role_keys
+    assert set(render_credentials(cr, trusting)["data"]) == role_keys | next_keys
+    # Each role's pods present their own certificate, and it names their role.
+    for identity in Identity:
+        check_bundle(mounted(stable, identity), T0)
+        uri = f"spiffe://reference.tandem.internal/{identity.value}".encode()
+        assert uri in _san_of(mounted(stable, identity).cert)
+    assert mounted(stable, Identity.WORKER).key != mounted(stable, Identity.FRONTEND).key
+
+
+def _san_of(cert: bytes) -> bytes:
+    from cryptography import x509
+
+    parsed = x509.load_pem_x509_certificate(cert)
+    names_ = parsed.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return b" ".join(n.encode() for n in names_.get_values_for_type(x509.UniformResourceIdentifier))
+
+
+def test_a_secret_from_before_roles_is_upgraded_by_a_rotation() -> None:
+    """The previous version's Secret has one member pair and no frontend pair; the CA
+    that signed it kept no key, so the frontend pair comes with a new CA: a rotation,
+    started on the first reconcile although nothing asked for one."""
+    issuer = Issuer()
+    fresh = plan_credentials(None, "r1", T0, issuer, WAIT).state
+    old = parse_credentials_secret(legacy_secret(fresh))
+    assert old is not None and not old.current.has_roles and old == legacy(fresh)
+    # Until Switching, frontends present the old member certificate (their items repeat
+    # it: every pod keeps working, and pods of the previous version too).
+    upgrading = plan_credentials(old, "r1", T0 + timedelta(days=1), issuer, WAIT)
+    assert upgrading.started_rotation and upgrading.state.phase is Phase.TRUSTING
+    assert upgrading.state.rotation == "r1"
+    assert mounted(upgrading.state, Identity.FRONTEND) == mounted(upgrading.state, Identity.WORKER)
+    check_bundle(mounted(upgrading.state, Identity.FRONTEND), T0)
+    assert (
+        parse_credentials_secret(render_credentials(load("reference-cpu.yaml"), upgrading.state))
+        == upgrading.state
+    )
+    states = [old, upgrading.state]
+    now = T0 + timedelta(days=1)
+    for _ in range(2):
+        now += WAIT
+        states.append(plan_credentials(states[-1], "r1", now, issuer, WAIT).state)
+    switching, done = states[2:]
+    new = issuer.made[-1]
+    assert [s.phase for s in states[1:]] == [Phase.TRUSTING, Phase.SWITCHING, Phase.STABLE]
+    for identity in Identity:
+        assert mounted(switching, identity).cert == new.pair(identity)[0]
+    assert done.trust == new.ca_cert and done.current.has_roles
+    for a, b in itertools.pairwise(states):
+        assert accepts(a, b), (a.phase, b.phase)
+    # Upgraded: nothing more to do.
+    assert plan_credentials(done, "r1", now + WAIT, issuer, WAIT).state is done
+
+
+def test_a_rotation_the_previous_version_began_finishes_then_upgrades() -> None:
+    issuer = Issuer()
+    _, trusting, *_ = rotate(issuer)
+    old = parse_credentials_secret(legacy_secret(legacy(trusting)))
+    assert old is not None and old.phase is Phase.TRUSTING and old.next is not None
+    assert not old.next.has_roles
+    now = old.since + WAIT
+    switching = plan_credentials(old, "2026-12-02", now, issuer, WAIT).state
+    stable = plan_credentials(switching, "2026-12-02", now + WAIT, issuer, WAIT)
+    assert stable.state.phase is Phase.STABLE and not stable.state.current.has_roles
+    upgrade = plan_credentials(stable.state, "2026-12-02", now + 2 * WAIT, issuer, WAIT)
+    assert upgrade.started_rotation and upgrade.state.next is not None
+    assert upgrade.state.next.has_roles
+
+
+def test_each_role_mounts_its_own_pair_only() -> None:
+    worker = render_credentials_volume("reference", Identity.WORKER)
+    frontend = render_credentials_volume("reference", Identity.FRONTEND)
+    as_files = {i["key"]: i["path"] for i in worker["secret"]["items"]}
+    assert as_files == dict(MOUNTED_KEYS[Identity.WORKER])
+    assert as_files == {"ca.crt": "ca.crt", "tls.crt": "tls.crt", "tls.key": "tls.key"}
+    as_files = {i["key"]: i["path"] for i in frontend["secret"]["items"]}
+    assert as_files == {"ca.crt": "ca.crt", "frontend.crt": "tls.crt", "frontend.key": "tls.key"}
+    for volume in (worker, frontend):
+        assert volume["secret"]["defaultMode"] == 0o440
+        assert not any(i["key"].startswith("next") for i in volume["secret"]["items"])
+
+
+def _credentials_volume(template: dict[str, Any]) -> dict[str, Any]:
+    volumes = template["spec"]["volumes"]
+    return next(v for v in volumes if v["name"] == "credentials")
+
+
+def test_pods_get_their_role_s_credentials_volume() -> None:
+    cr = load("reference-cpu.yaml")
+    front = render_frontend_pod_template(cr, SETTINGS, "hash")
+    assert _credentials_volume(front) == render_credentials_volume("reference", Identity.FRONTEND)
+    keys = {i["key"] for i in _credentials_volume(front)["secret"]["items"]}
+    assert "tls.key" not in keys  # the worker key never reaches the frontend pod
+    for role in PoolRole:
+        pod = render_worker_pod_template(cr, role, SETTINGS, "hash")
+        volume = _credentials_volume(pod)
+        assert volume == render_credentials_volume("reference", Identity.WORKER)
+        assert "frontend.key" not in {i["key"] for i in volume["secret"]["items"]}

@@ -77,3 +77,32 @@ def test_relist_reports_what_changed() -> None:
         for old, new in changes
     }
     assert summary == {("gone", "-"), ("changed", "changed"), ("-", "new")}
+
+
+def test_a_relist_of_one_namespace_leaves_the_others_in_a_shared_store() -> None:
+    """Namespace-scoped installs: one informer per namespace fills one store."""
+    store = Store()
+    store.upsert(obj("x", "1", ns="a"))
+    store.upsert(obj("y", "1", ns="b"))
+    changes = store.replace_all([obj("z", "1", ns="a")], namespace="a")
+    assert store.get("b", "y") is not None and store.get("a", "x") is None
+    assert {
+        ((o or {}).get("metadata", {}).get("name"), (n or {}).get("metadata", {}).get("name"))
+        for o, n in changes
+    } == {("x", None), (None, "z")}
+
+
+def test_the_operator_runs_one_informer_per_watched_namespace_sharing_each_store() -> None:
+    from tandem_operator.kube import client as k8s
+    from tandem_operator.manager import Controller, OperatorOptions
+
+    controller = Controller(object(), OperatorOptions(namespaces=("a", "b")))  # type: ignore[arg-type]
+    by_kind: dict[str, set[str | None]] = {}
+    stores: dict[str, set[int]] = {}
+    for inf in controller.informers:
+        by_kind.setdefault(inf.resource.kind, set()).add(inf._namespace)
+        stores.setdefault(inf.resource.kind, set()).add(id(inf.store))
+    assert by_kind[k8s.SECRETS.kind] == {"a", "b"}
+    assert by_kind[k8s.INFERENCE_CLUSTERS.kind] == {"a", "b"}
+    assert by_kind[k8s.NODES.kind] == {None}  # cluster-scoped: read everywhere
+    assert all(len(ids) == 1 for ids in stores.values())

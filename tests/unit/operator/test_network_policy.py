@@ -1,11 +1,15 @@
-"""The workers' NetworkPolicy (pure: tandem_operator.render.network_policy)."""
+"""The workers' and frontends' NetworkPolicies (pure: tandem_operator.render.network_policy)."""
 
 from __future__ import annotations
 
 import kubernetes_validate  # type: ignore[import-untyped]
 
 from tandem_operator.render.children import render_cluster_children
-from tandem_operator.render.network_policy import render_worker_network_policy
+from tandem_operator.render.network_policy import (
+    operator_peer,
+    render_frontend_network_policy,
+    render_worker_network_policy,
+)
 from tandem_operator.render.pods import RenderSettings
 
 from .test_render import load
@@ -46,5 +50,47 @@ def test_the_operator_setting_reaches_the_rendered_policy() -> None:
     children = render_cluster_children(
         load("reference-cpu.yaml"), settings, include_pool_replicas=True
     )
-    (policy,) = [c for c in children if c["kind"] == "NetworkPolicy"]
-    assert policy["spec"]["ingress"][1]["from"] == [PROMETHEUS]
+    workers, frontends = [c for c in children if c["kind"] == "NetworkPolicy"]
+    assert workers["metadata"]["name"] == "reference-workers"
+    assert workers["spec"]["ingress"][1]["from"] == [PROMETHEUS]
+    assert frontends["metadata"]["name"] == "reference-frontend"
+    assert frontends["spec"]["ingress"][1]["from"] == [PROMETHEUS]
+
+
+def test_frontends_take_the_api_from_anywhere_and_metrics_from_the_scrapers_only() -> None:
+    operator = operator_peer("tandem-system")
+    assert operator == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "tandem-system"}},
+        "podSelector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": "tandem",
+                "app.kubernetes.io/component": "operator",
+            }
+        },
+    }
+    meta = {"name": "reference-frontend", "namespace": "serving"}
+    policy = render_frontend_network_policy(meta, "reference", 8000, [PROMETHEUS], operator)
+    spec = policy["spec"]
+    assert spec["podSelector"] == {
+        "matchLabels": {"tandem.dev/cluster": "reference", "tandem.dev/role": "frontend"}
+    }
+    api, metrics = spec["ingress"]
+    assert api == {"ports": [{"protocol": "TCP", "port": 8000}]}  # keys protect it
+    assert metrics == {
+        "from": [operator, PROMETHEUS],
+        "ports": [{"protocol": "TCP", "port": 9091}],
+    }
+    kubernetes_validate.validate(policy, "1.36", strict=True)
+    # No scraper named (the operator outside the cluster): the metrics port stays shut.
+    (only,) = render_frontend_network_policy(meta, "reference", 8000)["spec"]["ingress"]
+    assert only == api
+
+
+def test_the_operators_namespace_reaches_the_frontends_policy() -> None:
+    settings = RenderSettings(operator_peer=operator_peer("ops"))
+    children = render_cluster_children(
+        load("reference-cpu.yaml"), settings, include_pool_replicas=True
+    )
+    (policy,) = [c for c in children if c["metadata"]["name"] == "reference-frontend"
+                 and c["kind"] == "NetworkPolicy"]  # fmt: skip
+    assert policy["spec"]["ingress"][1]["from"] == [operator_peer("ops")]

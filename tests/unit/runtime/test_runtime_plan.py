@@ -59,12 +59,15 @@ def test_one_process_per_replica_with_distinct_ports(
         assert flags["--engine"] == "reference"
         assert flags["--kv-backend"] == "nixl"
         assert json.loads(flags["--engine-options"]) == {}
-        # Mutual TLS even on one machine: the credentials the supervisor issues.
-        assert flags["--credentials"] == str(tmp_path / "credentials") == str(p.credentials_dir)
+        # Mutual TLS even on one machine: the credentials the supervisor issues, the
+        # worker's own pair.
+        assert flags["--credentials"] == str(tmp_path / "credentials" / "worker")
+        assert p.credentials_dir == tmp_path / "credentials"
         # UCX_TLS from kvTransfer.ucxTransports; loopback only, always.
         assert dict(worker.env) == {"UCX_NET_DEVICES": "lo", "UCX_TLS": "tcp"}
     frontend = list(p.frontend.argv)
-    assert frontend[frontend.index("--credentials") + 1] == str(p.credentials_dir)
+    # The frontend gets its own pair, never the workers'.
+    assert frontend[frontend.index("--credentials") + 1] == str(p.credentials_dir / "frontend")
 
 
 def test_the_worker_cli_accepts_the_planned_command_line(tmp_path: Path) -> None:

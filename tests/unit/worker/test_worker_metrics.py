@@ -15,3 +15,5 @@ def test_known_label_values_are_exposed_at_zero() -> None:
     for outcome in ("granted", "gone", "wrong_incarnation"):
         assert f'tandem_worker_kv_claims_total{{outcome="{outcome}"}} 0.0' in text
     assert 'tandem_worker_kv_refused_total{reason="config_mismatch"} 0.0' in text
+    for call in ("ClaimKv", "KvAgent", "kv_tcp"):
+        assert f'tandem_worker_refused_peers_total{{call="{call}"}} 0.0' in text
