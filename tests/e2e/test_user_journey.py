@@ -9,8 +9,9 @@ operator runs in-cluster, two replicas, Lease leader election) -> ``kubectl appl
 the official ``openai`` client with that key; keys are added and revoked while the
 frontend runs (no restart), and /metrics is served only on the frontend's metrics port
 (9091), not on the API port. Then, under steady client load with
-client retries off: scale decode 1 -> 2 -> 1 and delete the prefill pod (zero failed
-requests); a burst of long prompts grows the prefill pool through the in-cluster
+client retries off: scale decode 1 -> 2, kill one decode pod outright mid-answer (its
+requests go on on the other: zero failed), back to 1, and delete the prefill pod (zero
+failed requests); a burst of long prompts grows the prefill pool through the in-cluster
 autoscaler and the new pod serves; the leader operator pod is killed and a spec edit still
 converges; ``helm upgrade`` and an engine setting change roll pods (zero failed requests);
 deleting the InferenceCluster leaves no child and no container. Last, the same cluster
@@ -41,6 +42,7 @@ import httpx
 import openai
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tandem.devcluster import DevCluster
 from tandem.devcluster.probes import wait_until
@@ -267,6 +269,18 @@ class Journey:
             self.cluster, f"pod/{pod}", FRONTEND_METRICS_PORT, namespace=NS
         ) as port:
             return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+
+
+def migrations(metrics_text: str, outcome: str) -> float:
+    """``tandem_router_migrations_total{outcome}`` in a frontend's /metrics (0 before the
+    first one: a labelled counter appears once observed)."""
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(metrics_text)
+        for sample in family.samples
+        if sample.name == "tandem_router_migrations_total"
+        and sample.labels.get("outcome") == outcome
+    )
 
 
 def key_works(base_url: str, api_key: str) -> bool:
@@ -595,6 +609,27 @@ def test_scale_decode_and_delete_prefill_under_load_loses_nothing(journey: Journ
         journey.kubectl("scale", "workerpool", f"{NAME}-decode", "-n", NS, "--replicas=2")
         eventually(lambda: len(journey.pods("decode", ready_only=True)) == 2, "2 decode pods")
         load.wait_for(load.ok + 6)  # the router has had time to use both
+        # A decode pod killed outright (no drain) while answers are being generated on
+        # it: each of its requests goes on on the other decode pod (stream migration).
+        resumed_before = migrations(journey.metrics(), "resumed")
+        with SteadyLoad(base_url, journey.api_key, max_tokens=48, long_prompts=False) as answers:
+            answers.wait_for(2)
+            victim = journey.pods("decode", ready_only=True)[0]["metadata"]["name"]
+            journey.kubectl(
+                "delete", "pod", victim, "-n", NS, "--grace-period=0", "--force", check=False
+            )
+            eventually(
+                lambda: (
+                    len(journey.pods("decode", ready_only=True)) == 2
+                    and victim not in [p["metadata"]["name"] for p in journey.pods("decode")]
+                ),
+                "a replacement decode pod",
+            )
+            answers.wait_for(answers.ok + 4)
+        assert answers.failures == [], answers.failures
+        FIGURES["decode_kill_streams_resumed"] = (
+            migrations(journey.metrics(), "resumed") - resumed_before
+        )
         journey.kubectl("scale", "workerpool", f"{NAME}-decode", "-n", NS, "--replicas=1")
         eventually(lambda: len(journey.pods("decode")) == 1, "back to 1 decode pod")
         victim = journey.pods("prefill", ready_only=True)[0]["metadata"]["name"]
