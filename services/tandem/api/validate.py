@@ -9,6 +9,7 @@ Validation runs in two passes, the same two the API server applies to our CRDs:
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,16 +69,21 @@ def _pydantic_errors(exc: ValidationError, source: str) -> list[FieldError]:
 
 
 _CEL_ENV = celpy.Environment()
+# One evaluation at a time: manifests are validated from several threads at once (clusters
+# started in parallel), and celpy does not say its shared Environment is thread-safe. A
+# full run once failed a valid spec's rule with "no such member" on fields it has.
+_CEL_LOCK = threading.Lock()
 
 
 def _cel_passes(
     rule: str, subject: Mapping[str, Any], old: Mapping[str, Any] | None = None
 ) -> bool:
-    program = _CEL_ENV.program(_CEL_ENV.compile(rule))
     activation = {"self": json_to_cel(dict(subject))}
     if old is not None:
         activation["oldSelf"] = json_to_cel(dict(old))
-    result = program.evaluate(activation)
+    with _CEL_LOCK:
+        program = _CEL_ENV.program(_CEL_ENV.compile(rule))
+        result = program.evaluate(activation)
     return bool(result)
 
 
