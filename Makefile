@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 NO_DEPS := images/no-deps-requirements.txt images/no-deps-harmony-requirements.txt
 PYTEST_ARGS ?=
 
-.PHONY: venv lint test test-unit test-integration test-e2e cluster-build host-packages up down demo crds check-crds proto bench soak clean
+.PHONY: venv lint test test-unit test-integration test-e2e cluster-build promtool-build jaeger-build host-packages up down demo crds check-crds proto bench soak clean
 
 # The venv is rebuilt when pyproject.toml changes. NIXL goes in --no-deps: the meta
 # package would otherwise pull CUDA torch and ~3 GB of NVIDIA libraries we do not use on CPU.
@@ -49,6 +49,15 @@ check-crds: $(STAMP)
 cluster-build:
 	tests/cluster/build.sh
 
+# promtool and the prometheus-operator CRDs, for the chart's monitoring tests.
+promtool-build:
+	tests/monitoring/build-promtool.sh
+
+# Jaeger for the trace test (tests/integration/test_traces_jaeger.py), from Go modules in
+# its own module and stamp so that it never invalidates the cached cluster build.
+jaeger-build:
+	tests/tracing/build-jaeger.sh
+
 # Debian packages of the real test node (containerd, runc, CNI plugins, iptables, ...);
 # a no-op when all are installed, otherwise needs root (CI runs as root).
 host-packages:
@@ -56,7 +65,7 @@ host-packages:
 
 # The README's test command: lint, then every tier (unit, integration, e2e on the real
 # control plane built from Go modules).
-test: $(STAMP) cluster-build host-packages images
+test: $(STAMP) cluster-build promtool-build jaeger-build host-packages images
 	$(MAKE) lint
 	@mkdir -p build
 	TANDEM_TEST_PROGRESS=$(CURDIR)/build/pytest-current $(BIN)/pytest -q $(PYTEST_ARGS) || { \
@@ -66,7 +75,7 @@ test: $(STAMP) cluster-build host-packages images
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
 
-test-integration: $(STAMP)
+test-integration: $(STAMP) jaeger-build
 	$(BIN)/pytest -q tests/integration $(PYTEST_ARGS)
 
 test-e2e: $(STAMP) cluster-build host-packages

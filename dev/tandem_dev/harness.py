@@ -47,6 +47,27 @@ def write_token_kubeconfig(admin_kubeconfig: Path, token: str, path: Path) -> Pa
     return path
 
 
+# What only the pod's own address and port decide: an operator out of the cluster keeps
+# its own (OperatorProcess picks a free metrics port).
+_IN_POD_FLAGS = ("--metrics-port=",)
+
+
+def chart_operator_args(deployment: dict[str, Any]) -> list[str]:
+    """The flags the chart's operator Deployment runs ``tandem operator run`` with, for
+    the same operator out of the cluster: ``$(POD_NAMESPACE)`` resolved to the
+    Deployment's namespace, the in-pod metrics port left out. So an e2e runs the operator
+    with exactly what the chart's values rendered, and nothing else."""
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args: list[str] = container["args"]
+    assert args[:2] == ["operator", "run"], args
+    namespace = deployment["metadata"]["namespace"]
+    return [
+        a.replace("$(POD_NAMESPACE)", namespace)
+        for a in args[2:]
+        if not a.startswith(_IN_POD_FLAGS)
+    ]
+
+
 class OperatorProcess:
     """``tandem operator run`` in a child process, with its log in a file."""
 

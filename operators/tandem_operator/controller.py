@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pydantic
+from prometheus_client import Gauge
 
 from tandem.api.v1alpha1 import InferenceCluster, PlanningMode, PoolRole, WorkerPoolStatus
 from tandem.security.pki import Issued, issue
@@ -43,6 +44,7 @@ from tandem_operator.render.children import (
     render_worker_pool,
     uses_leader_worker_set,
 )
+from tandem_operator.render.contract import pool_spec
 from tandem_operator.render.credentials import (
     DEFAULT_PROPAGATION,
     parse_credentials_secret,
@@ -68,6 +70,7 @@ from tandem_operator.render.profiling import (
     render_perf_table,
     render_profile_job,
 )
+from tandem_operator.scaling.decisions import autoscaler_runs
 from tandem_operator.status.capacity_gate import check_rollout
 from tandem_operator.status.compute import EventRecord, StatusResult, compute_status, status_to_wire
 from tandem_operator.status.observe import (
@@ -150,7 +153,7 @@ class Reconciler:
         """One pass over cluster ``key``; returns a requeue delay, or None."""
         obj = self._caches.of("InferenceCluster").get(*key)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
-            _forget_pool_replicas(*key)
+            _forget_cluster_metrics(*key)
             return None  # gone or going: owner references let the GC remove the children
         try:
             cr = parse_cluster(obj)
@@ -184,7 +187,7 @@ class Reconciler:
         if self._amend_status is not None:
             result = self._amend_status(shaped, result)
         await self._write_status(cr, obj, result)
-        _record_pool_replicas(key, result)
+        _record_cluster_metrics(key, shaped, result)
         await self._emit(cr, result.events)
         return requeue
 
@@ -546,19 +549,43 @@ def _owns_replicas(pool: Manifest) -> bool:
     return owns_field(pool, names.FIELD_MANAGER, ("spec", "replicas"))
 
 
-def _record_pool_replicas(key: Key, result: StatusResult) -> None:
-    """Desired vs ready per pool, for dashboards (the same numbers as the status)."""
+POOL_STATES = ("desired", "ready", "max")
+SLO_OBJECTIVES = ("ttft_p90", "itl_p90")
+
+
+def _record_cluster_metrics(key: Key, cr: InferenceCluster, result: StatusResult) -> None:
+    """Desired vs ready per pool (the same numbers as the status), each pool's autoscaling
+    ceiling and the SLO targets: what dashboards and the chart's alerts read."""
+    namespace, name = key
     for role, status in result.pools.items():
-        gauge = metrics.POOL_REPLICAS
-        gauge.labels(key[0], key[1], role.value, "desired").set(status.desired_replicas)
-        gauge.labels(key[0], key[1], role.value, "ready").set(status.ready_replicas)
+        counts = {"desired": status.desired_replicas, "ready": status.ready_replicas}
+        if autoscaler_runs(cr):  # HPA/KEDA (mode external) keep their own ceilings
+            counts["max"] = pool_spec(cr, role).max_replicas
+        for state in POOL_STATES:
+            value = counts.get(state)
+            _set_or_remove(metrics.POOL_REPLICAS, value, namespace, name, role.value, state)
+    slo = cr.spec.slo
+    targets = (
+        {} if slo is None else {"ttft_p90": slo.ttft_p90_seconds, "itl_p90": slo.itl_p90_seconds}
+    )
+    for objective in SLO_OBJECTIVES:
+        _set_or_remove(metrics.SLO_TARGET, targets.get(objective), namespace, name, objective)
 
 
-def _forget_pool_replicas(namespace: str, name: str) -> None:
+def _set_or_remove(gauge: Gauge, value: float | None, *labels: str) -> None:
+    if value is not None:
+        gauge.labels(*labels).set(value)
+    else:
+        with contextlib.suppress(KeyError):
+            gauge.remove(*labels)
+
+
+def _forget_cluster_metrics(namespace: str, name: str) -> None:
     for role in PoolRole:
-        for state in ("desired", "ready"):
-            with contextlib.suppress(KeyError):
-                metrics.POOL_REPLICAS.remove(namespace, name, role.value, state)
+        for state in POOL_STATES:
+            _set_or_remove(metrics.POOL_REPLICAS, None, namespace, name, role.value, state)
+    for objective in SLO_OBJECTIVES:
+        _set_or_remove(metrics.SLO_TARGET, None, namespace, name, objective)
 
 
 def _previous_pool_status(pool: Manifest) -> WorkerPoolStatus | None:
@@ -587,6 +614,7 @@ def _missing_kind_message(exc: KindNotServed) -> str:
         return (
             "whole-tray GB200 workers join a ComputeDomain for multi-node NVLink, which needs "
             "NVIDIA's DRA driver for GPUs (k8s-dra-driver-gpu) with ComputeDomains enabled; "
-            f"install it, or run the operator with --no-compute-domains ({exc})"
+            "install it, or deploy without multi-node NVLink: chart value "
+            f"fabric.computeDomains: false (operator flag --no-compute-domains) ({exc})"
         )
     return str(exc)

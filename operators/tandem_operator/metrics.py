@@ -45,8 +45,15 @@ MANAGED_CLUSTERS = Gauge("tandem_operator_managed_clusters", "InferenceClusters 
 POOL_REPLICAS = Gauge(
     "tandem_operator_pool_replicas",
     "Worker replicas of each pool, by state (desired: the WorkerPool's target; ready), as "
-    "the last status write counted them.",
+    "the last status write counted them; max: the pool's autoscaling ceiling (maxReplicas, "
+    "only while Tandem's own autoscaler runs: autoscaling enabled, mode builtin).",
     ["inference_cluster_namespace", "inference_cluster", "pool", "state"],
+)
+SLO_TARGET = Gauge(
+    "tandem_operator_slo_target_seconds",
+    "Each InferenceCluster's latency targets (spec.slo), by objective: ttft_p90 "
+    "(ttftP90Seconds) and itl_p90 (itlP90Seconds), 90th percentiles over requests.",
+    ["inference_cluster_namespace", "inference_cluster", "objective"],
 )
 EVENTS_EMITTED = Counter(
     "tandem_operator_events_total", "Kubernetes Events emitted, by type.", ["type"]

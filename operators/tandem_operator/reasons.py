@@ -51,6 +51,7 @@ SCALING_UP = "ScalingUp"
 SCALING_DOWN = "ScalingDown"
 WAITING_FOR_WORKLOAD = "WaitingForWorkload"  # the workload controller has not caught up
 NO_DECODE_WORKERS = "NoDecodeWorkers"  # nobody can stream tokens
+SCALED_TO_ZERO = "ScaledToZero"  # idle, no decode worker; a request starts one
 
 # Progressing=False
 UP_TO_DATE = "UpToDate"

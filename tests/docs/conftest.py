@@ -53,6 +53,8 @@ RUN_BY: dict[str, str] = {
     "docs/gpu-deployment.md#plan": _LOCAL + "test_gpu_deployment_plan",
     "docs/simulated-engine.md#quickstart": _LOCAL + "test_simulated_engine_quickstart",
     "docs/simulated-engine.md#profile": _LOCAL + "test_reference_profile_and_plan",
+    "docs/operator.md#planned": _LOCAL + "test_local_planned_cluster",
+    "docs/monitoring.md#rules": _LOCAL + "test_monitoring_rules",
     "README.md#simulated": _K8S + "test_readme_simulated_cluster",
     "docs/gpu-deployment.md#deploy": _K8S + "test_gpu_deployment",
     "docs/operator.md#out-of-cluster": _K8S + "test_operator_recipe",

@@ -36,6 +36,12 @@ def test_gpu_deployment_plan(docs: Any, doc_shell: Any) -> None:
     assert run.mismatches == [], "\n".join(run.mismatches)
 
 
+def test_monitoring_rules(docs: Any, doc_shell: Any) -> None:
+    # Builds promtool if `make test` has not yet (about 9 minutes cold on two busy cores).
+    run = doc_shell.run(docs.sequence("docs/monitoring.md", "rules"), timeout_s=900)
+    assert run.mismatches == [], "\n".join(run.mismatches)
+
+
 def test_simulated_engine_quickstart(docs: Any, doc_shell: Any) -> None:
     run = doc_shell.run(docs.sequence("docs/simulated-engine.md", "quickstart"), timeout_s=180)
     assert run.mismatches == [], "\n".join(run.mismatches)
@@ -44,6 +50,13 @@ def test_simulated_engine_quickstart(docs: Any, doc_shell: Any) -> None:
     assert answer["usage"]["completion_tokens"] == 16
     assert answer["choices"][0]["finish_reason"] == "length"
     assert answer["choices"][0]["message"]["content"]
+
+
+def test_local_planned_cluster(docs: Any, doc_shell: Any) -> None:
+    run = doc_shell.run(docs.sequence("docs/operator.md", "planned"), timeout_s=300)
+    assert run.mismatches == [], "\n".join(run.mismatches)
+    assert "shape     1(TP1) agg" in run.output
+    assert "plan      auto, met: the planned shape (aggregated, 1 TP1 worker)" in run.output
 
 
 def test_reference_profile_and_plan(docs: Any, doc_shell: Any) -> None:

@@ -14,6 +14,11 @@ allows and no further:
 * the driver controller's one job Tandem relies on: when a ComputeDomain appears, create
   the ResourceClaimTemplate it names (requesting one channel device).
 
+The chart is installed with ``charts/tandem/values-gpu.yaml`` and an image per profile,
+and the operator runs with exactly the flags the chart's Deployment renders from those
+values (``chart_operator_args``): every hardware fact the operator uses comes through the
+chart's values, none from a flag of the test's own.
+
 Examples are applied with ``autoscaling.enabled: false``: the builtin autoscaler would
 poll the frontend pods' addresses, which in a kwok cluster are not 127.0.0.1. The batch
 sizes the capacity check uses do not change (they come from the autoscaling targets).
@@ -38,6 +43,7 @@ from tandem.devcluster import DevCluster
 from tandem.devcluster.probes import wait_until
 from tandem_dev.harness import (
     OperatorProcess,
+    chart_operator_args,
     render_model_claim,
     write_token_kubeconfig,
 )
@@ -48,6 +54,15 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "tandem"
 EXAMPLES = REPO / "manifests" / "examples"
 COMPUTE_DOMAIN_CRD = Path(__file__).parent / "nvidia_dra" / "computedomain-crd.yaml"
+GPU_VALUES = CHART / "values-gpu.yaml"
+# Over values-gpu.yaml: the GB200 trays get their own build, and the registry needs
+# credentials (kwok pulls nothing: the pods' spec is what is checked).
+GB200_IMAGE = "registry.example/tandem-trtllm:0.1.0-arm64"
+PULL_SECRETS = [{"name": "gpu-registry"}]
+SITE_VALUES = {
+    "dataPlane": {"trtllmImageByProfile": {"gb200": GB200_IMAGE}, "imagePullSecrets": PULL_SECRETS}
+}
+TRTLLM_IMAGE = "ghcr.io/tandem-dev/tandem-trtllm:0.1.0"
 HELM = Path(sys.executable).parent / "helm"
 RELEASE = "gpu-e2e"
 SYSTEM_NS = "gpu-e2e-system"
@@ -61,8 +76,41 @@ Json = dict[str, Any]
 
 @dataclass
 class Env:
+    """The cluster, and the operator the chart's values configure."""
+
     cluster: Any
-    operator: OperatorProcess
+    kubeconfig: Path  # the chart's ServiceAccount
+    logs: Path
+    operator: OperatorProcess | None = None
+
+    def start_operator(self) -> None:
+        """(Re)start the operator with the flags the chart's Deployment has now, as a
+        rollout of the chart's operator pods would after ``helm upgrade``."""
+        self.stop_operator()
+        deployment = self.cluster.get_json("deploy", f"{SERVICE_ACCOUNT}-operator", "-n", SYSTEM_NS)
+        operator = OperatorProcess(
+            self.kubeconfig,
+            log_path=self.logs / "operator.log",
+            lease_namespace=SYSTEM_NS,
+            identity="gpu",
+            extra_args=chart_operator_args(deployment),
+        ).start()
+        self.operator = operator
+        operator.wait_ready()
+        eventually(lambda: operator.metric("tandem_operator_leader") == 1, "the operator to lead")
+
+    def stop_operator(self) -> None:
+        if self.operator is not None:
+            self.operator.stop()
+            self.operator = None
+
+    def upgrade(self, *sets: str) -> None:
+        """``helm upgrade`` the release with more values, then restart the operator."""
+        argv = ["upgrade", RELEASE, str(CHART), "-n", SYSTEM_NS, "--reuse-values"]
+        for value in sets:
+            argv += ["--set", value]
+        self.cluster.helm(*argv)
+        self.start_operator()
 
 
 def eventually(check: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
@@ -80,6 +128,17 @@ def install_dra_stand_in(cluster: Any) -> None:
     """The DRA driver's CRD, DeviceClass and per-tray channel devices (module docstring)."""
     cluster.kubectl("apply", "-f", str(COMPUTE_DOMAIN_CRD))
     cluster.dev.wait_crd_established("computedomains.resource.nvidia.com", timeout_s=60)
+    apply_json(cluster, *dra_stand_in_objects(cluster))
+
+
+def uninstall_dra_stand_in(cluster: Any) -> None:
+    """A cluster without NVIDIA's DRA driver: no ComputeDomain API, no channel devices."""
+    for obj in dra_stand_in_objects(cluster):
+        cluster.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found")
+    cluster.kubectl("delete", "-f", str(COMPUTE_DOMAIN_CRD), "--ignore-not-found", "--wait=true")
+
+
+def dra_stand_in_objects(cluster: Any) -> list[Json]:
     selector = (
         f"device.driver == '{CD_DRIVER}' && device.attributes['{CD_DRIVER}'].type == 'channel'"
         f" && device.attributes['{CD_DRIVER}'].id == 0"
@@ -108,7 +167,7 @@ def install_dra_stand_in(cluster: Any) -> None:
                 },
             }
         )
-    apply_json(cluster, *objects)
+    return objects
 
 
 def play_compute_domain_controller(cluster: Any, namespace: str) -> Json:
@@ -165,12 +224,12 @@ def env(
 ) -> Iterator[Env]:
     logs = tmp_path_factory.mktemp("gpu-operator")
     helm = [str(HELM), f"--kubeconfig={k8s_cluster.kubeconfig}"]
-    subprocess.run(
-        [*helm, "install", RELEASE, str(CHART), "-n", SYSTEM_NS, "--create-namespace"],
-        check=True,
-        capture_output=True,
-        timeout=180,
-    )
+    site_values = logs / "site-values.yaml"
+    site_values.write_text(yaml.safe_dump(SITE_VALUES))
+    e2e_cluster.helm(
+        "install", RELEASE, str(CHART), "-n", SYSTEM_NS, "--create-namespace",
+        "-f", str(GPU_VALUES), "-f", str(site_values),
+    )  # fmt: skip
     for crd in ("inferenceclusters.tandem.dev", "workerpools.tandem.dev"):
         k8s_cluster.wait_crd_established(crd, timeout_s=60)
     install_dra_stand_in(e2e_cluster)
@@ -178,15 +237,12 @@ def env(
         "create", "token", SERVICE_ACCOUNT, "-n", SYSTEM_NS, "--duration=1h"
     ).stdout.strip()
     kubeconfig = write_token_kubeconfig(k8s_cluster.kubeconfig, token, logs / "sa.kubeconfig")
-    operator = OperatorProcess(
-        kubeconfig, log_path=logs / "operator.log", lease_namespace=SYSTEM_NS, identity="gpu"
-    ).start()
+    env = Env(e2e_cluster, kubeconfig, logs)
     try:
-        operator.wait_ready()
-        eventually(lambda: operator.metric("tandem_operator_leader") == 1, "the operator to lead")
-        yield Env(e2e_cluster, operator)
+        env.start_operator()
+        yield env
     finally:
-        operator.stop()
+        env.stop_operator()
         subprocess.run(
             [*helm, "uninstall", RELEASE, "-n", SYSTEM_NS], capture_output=True, timeout=180
         )
@@ -201,6 +257,17 @@ def namespace(env: Env, request: pytest.FixtureRequest) -> Iterator[str]:
     yield name
     # Wait: the next test may need the GPUs this one's pods hold.
     env.cluster.kubectl("delete", "namespace", name, "--wait=true", timeout_s=180)
+
+
+def assert_frontend_from_values(cluster: Any, namespace: str, name: str) -> None:
+    """The frontend pods have values-gpu.yaml's resources and the pull secrets."""
+    values = yaml.safe_load(GPU_VALUES.read_text())["dataPlane"]
+    selector = f"tandem.dev/cluster={name},tandem.dev/role=frontend"
+    pods = cluster.items("pods", "-n", namespace, "-l", selector)
+    assert pods
+    for pod in pods:
+        assert pod["spec"]["imagePullSecrets"] == PULL_SECRETS
+        assert pod["spec"]["containers"][0]["resources"] == values["frontendResources"]
 
 
 def assert_applied_objects_validate(cluster: Any, namespace: str, name: str) -> None:
@@ -245,6 +312,9 @@ def test_example_lands_on_its_gpus_and_becomes_ready(
         gpus = str(spec[role].get("gpusPerWorker", spec[role].get("tensorParallelSize", 1)))
         assert container["resources"]["limits"] == {"nvidia.com/gpu": gpus, "rdma/ib": gpus}
         assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+        assert container["image"] == TRTLLM_IMAGE  # no image of their own: the default
+        assert pod["spec"]["imagePullSecrets"] == PULL_SECRETS
+    assert_frontend_from_values(cluster, namespace, name)
     status = cluster.ic(namespace, name)
     assert cluster.condition(status, "NVLinkLocal") == {}  # only NVLink-domain profiles report it
     assert_applied_objects_validate(cluster, namespace, name)
@@ -265,6 +335,7 @@ def test_gb200_cluster_stays_in_one_nvlink_domain_and_reports_a_split(
     assert len(cliques) == 1, cliques
     for pod in pods:
         assert node_labels(cluster, pod)["kubernetes.io/arch"] == "arm64"
+        assert pod["spec"]["containers"][0]["image"] == GB200_IMAGE  # its profile's image
     # Whole-tray decode workers hold an allocated IMEX channel of their own tray.
     for pod in (p for p in pods if p["metadata"]["labels"]["tandem.dev/role"] == "decode"):
         (claim_status,) = pod["status"]["resourceClaimStatuses"]
@@ -303,6 +374,102 @@ def test_gb200_cluster_stays_in_one_nvlink_domain_and_reports_a_split(
         lambda: not cluster.items("computedomains", "-n", namespace), "the ComputeDomain pruned"
     )
     wait_ready(cluster, namespace, name)
+
+
+def test_gb200_without_the_dra_driver_deploys_through_values(env: Env, namespace: str) -> None:
+    """Nodes without NVIDIA's DRA driver: the example waits in ComputeDomainMissing, and
+    one value (``fabric.computeDomains: false``, rolled out by ``helm upgrade``) brings it
+    to Ready without multi-node NVLink. Then the driver and the value come back."""
+    cluster = env.cluster
+    uninstall_dra_stand_in(cluster)
+    try:
+        env.start_operator()  # it learns which kinds the API serves when it starts
+        name = apply_example(cluster, "gpt-oss-120b-gb200.yaml", namespace)
+
+        def missing() -> bool:
+            degraded = cluster.condition(cluster.ic(namespace, name), "Degraded")
+            return degraded.get("reason") == "ComputeDomainMissing"
+
+        eventually(missing, "Degraded=ComputeDomainMissing")
+        degraded = cluster.condition(cluster.ic(namespace, name), "Degraded")
+        assert "fabric.computeDomains: false" in degraded["message"], degraded["message"]
+
+        env.upgrade("fabric.computeDomains=false")
+        deployment = cluster.get_json("deploy", f"{SERVICE_ACCOUNT}-operator", "-n", SYSTEM_NS)
+        assert "--no-compute-domains" in chart_operator_args(deployment)
+        wait_ready(cluster, namespace, name)
+        pods = worker_pods(cluster, namespace, name)
+        assert len(pods) == 6
+        for pod in pods:
+            assert "resourceClaims" not in pod["spec"]
+            env_names = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
+            assert "NCCL_MNNVL_ENABLE" not in env_names
+            assert node_labels(cluster, pod)["kubernetes.io/arch"] == "arm64"
+        local = cluster.condition(cluster.ic(namespace, name), "NVLinkLocal")
+        assert local["status"] == "True"  # placement still keeps one NVL72 domain
+    finally:
+        install_dra_stand_in(cluster)
+        env.upgrade("fabric.computeDomains=true")
+
+
+# --------------------------------------------------------------------------- upgrades
+
+FRONTEND_IMAGE = "ghcr.io/tandem-dev/tandem:0.1.0"
+
+
+def pod_images(cluster: Any, namespace: str, name: str) -> dict[str, tuple[str, int]]:
+    """Each of the cluster's Deployments: (its pods' image, its generation)."""
+    out: dict[str, tuple[str, int]] = {}
+    for pool in ("frontend", "prefill", "decode"):
+        deploy = cluster.get_json("deploy", f"{name}-{pool}", "-n", namespace)
+        image = deploy["spec"]["template"]["spec"]["containers"][0]["image"]
+        out[pool] = (image, deploy["metadata"]["generation"])
+    return out
+
+
+def images_only(found: dict[str, tuple[str, int]]) -> dict[str, str]:
+    return {pool: image for pool, (image, _) in found.items()}
+
+
+def test_new_default_images_roll_only_the_clusters_that_do_not_pin_theirs(
+    env: Env, namespace: str
+) -> None:
+    """docs/operator.md's staged rollout through the chart's values: pin one cluster,
+    upgrade the default images, see only the other roll; release the pin, see it roll."""
+    cluster = env.cluster
+    rolling = apply_example(cluster, "gpt-oss-120b-b200.yaml", namespace)
+    pinned = apply_example(cluster, "gpt-oss-20b-h100.yaml", namespace)
+    for name in (rolling, pinned):
+        wait_ready(cluster, namespace, name)
+    old = {"frontend": FRONTEND_IMAGE, "prefill": TRTLLM_IMAGE, "decode": TRTLLM_IMAGE}
+    assert images_only(pod_images(cluster, namespace, pinned)) == old
+    before = pod_images(cluster, namespace, pinned)
+    pin = {"frontend": {"image": FRONTEND_IMAGE}, "engine": {"image": TRTLLM_IMAGE}}
+    cluster.patch_ic(namespace, pinned, pin)
+    wait_ready(cluster, namespace, pinned)
+    assert pod_images(cluster, namespace, pinned) == before  # pinning changed no pod
+
+    new = {pool: image.replace(":0.1.0", ":0.2.0") for pool, image in old.items()}
+    try:
+        env.upgrade("dataPlane.image.tag=0.2.0", "dataPlane.trtllmImage.tag=0.2.0")
+        eventually(
+            lambda: images_only(pod_images(cluster, namespace, rolling)) == new,
+            "the unpinned cluster on the new images",
+        )
+        wait_ready(cluster, namespace, rolling)
+        assert pod_images(cluster, namespace, pinned) == before  # not even a new generation
+
+        unpin = [{"op": "remove", "path": f"/spec/{f}/image"} for f in ("frontend", "engine")]
+        cluster.kubectl(
+            "patch", "ic", pinned, "-n", namespace, "--type=json", "-p", json.dumps(unpin)
+        )
+        eventually(
+            lambda: images_only(pod_images(cluster, namespace, pinned)) == new,
+            "the released cluster on the new images",
+        )
+        wait_ready(cluster, namespace, pinned)
+    finally:
+        env.upgrade("dataPlane.image.tag=", "dataPlane.trtllmImage.tag=")
 
 
 # --------------------------------------------------------------------------- capacity

@@ -63,8 +63,9 @@ REAL_NODE_NAME = "localhost"
 REPOSITORY, TAG = TANDEM_IMAGE.rsplit(":", 1)
 WAIT_S = 240.0
 # A key added to the Secret works once the kubelet has refreshed the frontend's mounted
-# copy (its sync period, 1 min by default, plus jitter) and the frontend re-read it (5 s).
-KEY_WAIT_S = 180.0
+# copy (its pod sync period, 10 s on the dev node, plus jitter) and the frontend re-read
+# it (5 s).
+KEY_WAIT_S = 120.0
 FRONTEND_METRICS_PORT = 9091
 Json = dict[str, Any]
 RESTRICTED = (
@@ -770,7 +771,12 @@ def test_upgrades_roll_pods_without_failing_a_request(journey: Journey) -> None:
             "--wait",
             "--timeout=5m",
         )
-        # ... and the model owner changes an engine setting: every worker rolls.
+        # ... and the model owner changes an engine setting that KV depends on (rows per
+        # BLAS call decide rounding: part of the config digest), so every worker rolls and
+        # for a while prefill and decode workers of both revisions run side by side.
+        # Routing pairs a decode worker only with prefill workers of its own digest (else
+        # it prefills locally), so no decode worker has to refuse a handoff.
+        before = journey.metrics()
         journey.kubectl(
             "patch",
             "ic",
@@ -779,7 +785,7 @@ def test_upgrades_roll_pods_without_failing_a_request(journey: Journey) -> None:
             NS,
             "--type=merge",
             "-p",
-            json.dumps({"spec": {"engine": {"options": {"prefill_chunk": 256}}}}),
+            json.dumps({"spec": {"engine": {"options": {"row_tile": 16}}}}),
         )
 
         def rolled() -> bool:
@@ -797,6 +803,19 @@ def test_upgrades_roll_pods_without_failing_a_request(journey: Journey) -> None:
         load.wait_for(load.ok + 4)
     assert load.failures == [], load.failures
     FIGURES["upgrade_requests_answered"] = load.ok
+    after = journey.metrics()
+
+    def delta(name: str, **labels: str) -> float:
+        return metric_sum(after, name, **labels) - metric_sum(before, name, **labels)
+
+    # The frontend does not roll (its config holds no engine setting): its counters span
+    # the whole roll.
+    refused = delta("tandem_router_worker_errors_total", stage="decode", kind="kv_handoff")
+    FIGURES["roll_refused_handoffs"] = refused
+    FIGURES["roll_prefills_kept_local_for_another_revision"] = delta(
+        "tandem_router_prefill_decisions_total", reason="prefill_incompatible"
+    )
+    assert refused == 0
     node = journey.cluster.real_node
     assert node is not None
     FIGURES["node_daemons_rss_mib"] = {

@@ -81,13 +81,22 @@ def test_prefill_worker_killed_mid_stream(
         down("failover", progress=lambda _: None, home=home)
 
 
-def test_a_decode_worker_killed_mid_stream_leaves_the_stream_whole(detached_clusters: Any) -> None:
-    """Greedy output on the reference engine is a function of the text so far: the stream
+@pytest.mark.parametrize(
+    "sampling",
+    # Seed 1 at 0.9 samples a few hundred tokens before an EOS on this random model.
+    [{"temperature": 0}, {"temperature": 0.9, "top_p": 0.95, "seed": 1}],
+    ids=["greedy", "sampled-with-seed"],
+)
+def test_a_decode_worker_killed_mid_stream_leaves_the_stream_whole(
+    detached_clusters: Any, sampling: dict[str, float]
+) -> None:
+    """Greedy output on the reference engine is a function of the text so far, and a
+    sampled token's draw depends only on the request's seed and its position: the stream
     the kill catches, resumed on the other decode worker from its prompt plus the tokens
     already sent, is byte for byte (the byte tokenizer: token for token) the
     uninterrupted run's."""
     doc = yaml.safe_load(EXAMPLE.read_text())
-    doc["metadata"]["name"] = "migrate"
+    doc["metadata"]["name"] = "migrate-sampled" if sampling["temperature"] else "migrate"
     doc["spec"]["model"] = yaml.safe_load(RANDOM_MODEL.read_text())
     doc["spec"]["prefill"].update(replicas=0, minReplicas=0)
     doc["spec"]["decode"].update(replicas=2, minReplicas=2, maxReplicas=2)
@@ -99,7 +108,7 @@ def test_a_decode_worker_killed_mid_stream_leaves_the_stream_whole(detached_clus
     endpoint = detached_clusters.up(doc)
     base = endpoint.removesuffix("/v1")
     body = {"model": "reference", "prompt": "the stream goes on " * 4, "max_tokens": 480,
-            "temperature": 0, "stream": True}  # fmt: skip
+            "stream": True, **sampling}  # fmt: skip
 
     def stream(kill_after_chunks: int | None) -> tuple[str, str | None, bool]:
         text, finish, killed = "", None, False
@@ -114,7 +123,10 @@ def test_a_decode_worker_killed_mid_stream_leaves_the_stream_whole(detached_clus
                 text += choice["text"]
                 finish = choice["finish_reason"] or finish
                 if kill_after_chunks is not None and not killed and len(text) >= kill_after_chunks:
-                    os.kill(_serving_decode_pid(base, detached_clusters.home), signal.SIGKILL)
+                    os.kill(
+                        _serving_decode_pid(base, doc["metadata"]["name"], detached_clusters.home),
+                        signal.SIGKILL,
+                    )
                     killed = True
         return text, finish, killed
 
@@ -126,15 +138,15 @@ def test_a_decode_worker_killed_mid_stream_leaves_the_stream_whole(detached_clus
     migrations = metric(httpx.get(f"{base}/metrics").text, "tandem_router_migrations_total",
                         outcome="resumed")  # fmt: skip
     assert migrations == 1
-    print(f"\nstream of {len(whole)} tokens, decode worker SIGKILLed after 40: resumed "
-          f"once, identical to the uninterrupted run")  # fmt: skip
+    print(f"\n{sampling}: stream of {len(whole)} tokens, decode worker SIGKILLed after 40: "
+          f"resumed once, identical to the uninterrupted run")  # fmt: skip
 
 
-def _serving_decode_pid(base: str, home: Path) -> int:
+def _serving_decode_pid(base: str, name: str, home: Path) -> int:
     """The decode worker the frontend has the one open stream on."""
     workers = httpx.get(f"{base}/readyz").json()["workers"]
     (address,) = [w["address"] for w in workers if w.get("in_flight", 0) > 0]
-    state = read_state(cluster_dir("migrate", home))
+    state = read_state(cluster_dir(name, home))
     assert state is not None
     port = int(address.rsplit(":", 1)[1])
     return next(w.pid for w in state.workers if w.component == "decode" and w.port == port)

@@ -118,6 +118,14 @@ async def test_the_frontend_certificate_serves_requests_but_cannot_pull_kv(
         metrics = (await http.get("/metrics")).text
     for call in ("KvAgent", "ClaimKv", "kv_tcp"):
         assert f'tandem_worker_refused_peers_total{{call="{call}"}} 1.0' in metrics
+    # What the chart's certificate alert reads: when the certificate it presents expires.
+    expiry = CredentialStore(workers).current().not_after.timestamp()
+    (line,) = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("tandem_credentials_certificate_expiry_timestamp_seconds ")
+    ]
+    assert float(line.split()[1]) == expiry
     log = prefill.log.read_text()
     assert f"refused KvAgent from {FRONTEND_URI}" in log
     assert f"refused ClaimKv from {FRONTEND_URI}" in log

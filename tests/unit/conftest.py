@@ -40,8 +40,8 @@ def assert_golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
 EXAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "examples"
 
 
-def _rendered_containers(example: str, settings: Any) -> list[dict[str, Any]]:
-    """Every container of every pod template the operator renders for ``example``."""
+def _rendered_pod_specs(example: str, settings: Any) -> list[dict[str, Any]]:
+    """Every pod template's spec the operator renders for ``example``."""
     from tandem.api.v1alpha1 import PoolRole
     from tandem.api.validate import load_inference_cluster
     from tandem_operator import names
@@ -60,9 +60,19 @@ def _rendered_containers(example: str, settings: Any) -> list[dict[str, Any]]:
     for lws in (o for o in objects if o["kind"] == "LeaderWorkerSet"):
         group = lws["spec"]["leaderWorkerTemplate"]
         templates += [group["workerTemplate"], *filter(None, [group.get("leaderTemplate")])]
-    containers = [c for t in templates for c in t["spec"]["containers"]]
-    assert containers
-    return containers
+    assert templates
+    return [t["spec"] for t in templates]
+
+
+def _rendered_containers(example: str, settings: Any) -> list[dict[str, Any]]:
+    """Every container of every pod template the operator renders for ``example``."""
+    return [c for spec in _rendered_pod_specs(example, settings) for c in spec["containers"]]
+
+
+@pytest.fixture
+def rendered_pod_specs() -> Callable[[str, Any], list[dict[str, Any]]]:
+    """``rendered_pod_specs(example_file, render_settings)``: the operator's pod specs."""
+    return _rendered_pod_specs
 
 
 @pytest.fixture

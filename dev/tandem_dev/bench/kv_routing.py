@@ -45,7 +45,7 @@ from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
 from tandem.api.v1alpha1 import InferenceCluster, RoutingPolicy
-from tandem.api.validate import parse_object
+from tandem.api.validate import parse_inference_cluster
 from tandem.devcluster.ports import allocate_ports
 from tandem.kv import nixl_available
 from tandem.models.catalog import SMOLLM2_SOURCE
@@ -140,10 +140,7 @@ def cluster_spec(routing: RoutingPolicy) -> InferenceCluster:
             },
         },
     }
-    cluster = parse_object(doc, "kv-routing benchmark")
-    if not isinstance(cluster, InferenceCluster):
-        raise TypeError(f"expected an InferenceCluster, got {type(cluster).__name__}")
-    return cluster
+    return parse_inference_cluster(doc, "kv-routing benchmark")
 
 
 def _plan(case: Case, state_dir: Path, worker_ports: Sequence[int]) -> LocalPlan:

@@ -55,7 +55,7 @@ import httpx
 import openai
 
 from tandem.api.v1alpha1 import InferenceCluster
-from tandem.api.validate import parse_object
+from tandem.api.validate import parse_inference_cluster
 from tandem.devcluster.ports import allocate_ports
 from tandem.frontend.api_keys import dump_record, new_key, new_record
 from tandem.kv import nixl_available
@@ -182,10 +182,7 @@ def cluster_spec() -> InferenceCluster:
             },
         },
     }
-    cluster = parse_object(doc, "tenants benchmark")
-    if not isinstance(cluster, InferenceCluster):
-        raise TypeError(f"expected an InferenceCluster, got {type(cluster).__name__}")
-    return cluster
+    return parse_inference_cluster(doc, "tenants benchmark")
 
 
 def write_keys(directory: Path) -> dict[str, str]:

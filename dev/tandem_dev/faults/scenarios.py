@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from tandem.api.v1alpha1 import InferenceCluster
-from tandem.api.validate import parse_object
+from tandem.api.validate import parse_inference_cluster
 from tandem_dev.faults.bed import FaultBed, metric_sum, wait_for
 from tandem_dev.faults.load import LoadShape, Outcome, RequestRecord, SteadyLoad
 from tandem_dev.faults.report import FaultResult, summarize
@@ -252,6 +252,4 @@ def fault_cluster(name: str = "faults") -> InferenceCluster:
             "kvTransfer": {"backend": "tcp", "timeoutSeconds": 3},
         },
     }  # fmt: skip
-    cluster = parse_object(doc)
-    assert isinstance(cluster, InferenceCluster)
-    return cluster
+    return parse_inference_cluster(doc)

@@ -2,9 +2,9 @@
 
 Leader only, like the autoscaler. Every ``SCRAPE_SECONDS`` the watcher reads the prompt
 and answer length histograms of each cluster with planning check or auto from its
-frontends (``MetricsSource.length_counts``), keeps the scrapes of the last
-``planning.replan.windowSeconds``, observes that window
-(``tandem.sim.workload_observation``) and steps the hysteresis (``tandem.sim.replanning``).
+frontends (``MetricsSource.length_counts``) into the cluster's
+``tandem.sim.workload_tracking.WorkloadTrack`` (the window of scrapes, what it observed,
+the re-plan hysteresis: the same track ``tandem up`` keeps).
 
 It writes nothing itself. The reconciler asks it which workload to plan for
 (:meth:`planned_workload`: spec.workload, or the observed one it adopted) and what to show
@@ -21,25 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
-from tandem.api.v1alpha1 import (
-    InferenceCluster,
-    ObservedWorkload,
-    PlannedWorkload,
-    PlanningMode,
-    WorkloadSource,
-    WorkloadSpec,
-    WorkloadStatus,
-)
-from tandem.sim.replanning import ReplanState, adopt, step
-from tandem.sim.workload_observation import LengthCounts, ObservedLengths, observe_between
+from tandem.api.v1alpha1 import InferenceCluster, PlanningMode, WorkloadSpec, WorkloadStatus
+from tandem.sim.replanning import ReplanState
+from tandem.sim.workload_observation import LengthCounts
+from tandem.sim.workload_tracking import WorkloadTrack, compute_workload_hash, parse_time
 from tandem_operator import names
 from tandem_operator.kube.informer import Caches, Key
 from tandem_operator.problems import RecurringProblem
@@ -67,21 +58,9 @@ class _Watch:
     # The object watched: one deleted and created again under its name between two
     # scrapes is another cluster, and inherits nothing (adopted workload, re-plans).
     uid: str | None
-    spec_hash: str  # of spec.workload, when ``planned`` was set
-    planned: WorkloadSpec
-    source: WorkloadSource
-    state: ReplanState = field(default_factory=ReplanState)
-    scrapes: deque[tuple[float, dict[str, LengthCounts]]] = field(default_factory=deque)
-    seen: ObservedLengths | None = None
-    seen_at: float | None = None
-    outside: str | None = None
+    track: WorkloadTrack
     reported_at: float | None = None
     problem: RecurringProblem = field(default_factory=lambda: RecurringProblem(logger))
-
-
-def compute_workload_hash(workload: WorkloadSpec) -> str:
-    text = workload.model_dump_json(by_alias=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class WorkloadWatcher:
@@ -108,41 +87,12 @@ class WorkloadWatcher:
     def planned_workload(self, key: Key, cr: InferenceCluster) -> WorkloadSpec | None:
         """The workload to plan ``cr`` for; None without planning."""
         watch = self._watch(key, cr)
-        return watch.planned if watch is not None else None
+        return watch.track.planned if watch is not None else None
 
     def workload_status(self, key: Key, cr: InferenceCluster) -> WorkloadStatus | None:
         """``status.workload``: planned against observed; None without planning."""
         watch = self._watch(key, cr)
-        if watch is None:
-            return None
-        seen, state = watch.seen, watch.state
-        return WorkloadStatus(
-            planned=PlannedWorkload(
-                isl=watch.planned.isl,
-                osl=watch.planned.osl,
-                isl_p90=watch.planned.isl_p90,
-                osl_p90=watch.planned.osl_p90,
-                requests_per_second=watch.planned.requests_per_second,
-                source=watch.source,
-                spec_hash=watch.spec_hash,
-            ),
-            observed=None
-            if seen is None or watch.seen_at is None
-            else ObservedWorkload(
-                isl_p50=seen.isl_p50,
-                isl_p90=seen.isl_p90,
-                osl_p50=seen.osl_p50,
-                osl_p90=seen.osl_p90,
-                requests_per_second=round(seen.requests_per_second, 3),
-                requests=seen.requests,
-                window_seconds=round(seen.window_seconds, 1),
-                time=_rfc3339(watch.seen_at),
-            ),
-            outside=watch.outside,
-            outside_since=_rfc3339_or_none(state.outside_since if watch.outside else None),
-            replans=state.replans,
-            last_replan_time=_rfc3339_or_none(state.last_replan_at),
-        )
+        return watch.track.status() if watch is not None else None
 
     # ------------------------------------------------------------------ the loop
 
@@ -181,48 +131,24 @@ class WorkloadWatcher:
             return
         watch.problem.resolve(f"[{key[0]}/{key[1]}] workload observed again")
         now = self._now().timestamp()
-        self._record(watch, now, counts, cr.spec.planning.replan.window_seconds)
-        replan = cr.spec.planning.replan
-        if cr.spec.planning.mode is not PlanningMode.AUTO:
-            replan = replan.model_copy(update={"enabled": False})  # check: report only
-        verdict = step(watch.state, replan, watch.planned, watch.seen, now)
-        changed = (verdict.outside is None) != (watch.outside is None)
-        watch.state, watch.outside = verdict.state, verdict.outside
-        if verdict.replan and watch.seen is not None:
-            watch.planned = adopt(watch.planned, watch.seen)
-            watch.source = WorkloadSource.OBSERVED
-            watch.outside = None
+        track = watch.track
+        verdict = track.observe(cr.spec.planning, now, counts)
+        if verdict.replan:
+            replan = cr.spec.planning.replan
             logger.info(
                 "[%s/%s] the workload left the plan for %ds (%s): re-planning for ISL %d, "
                 "OSL %d, up to %g req/s",
                 *key,
                 replan.window_seconds,
                 verdict.outside,
-                watch.planned.isl,
-                watch.planned.osl,
-                watch.planned.requests_per_second.max,
+                track.planned.isl,
+                track.planned.osl,
+                track.planned.requests_per_second.max,
             )
         stale = watch.reported_at is None or now - watch.reported_at >= REPORT_SECONDS
-        if verdict.replan or changed or stale:
+        if verdict.changed or stale:
             watch.reported_at = now
             self._enqueue(key)
-
-    @staticmethod
-    def _record(
-        watch: _Watch, now: float, counts: dict[str, LengthCounts], window_s: float
-    ) -> None:
-        """Keep the scrapes of the last window (and the one just before it, the window's
-        start) and observe between the oldest and this one."""
-        scrapes = watch.scrapes
-        scrapes.append((now, counts))
-        while len(scrapes) > 2 and scrapes[1][0] <= now - window_s:
-            scrapes.popleft()
-        start, first = scrapes[0]
-        seen = observe_between(first, counts, now - start)
-        if seen is not None:
-            watch.seen, watch.seen_at = seen, now
-        else:
-            watch.seen, watch.seen_at = None, None
 
     # ------------------------------------------------------------------ state
 
@@ -231,39 +157,29 @@ class WorkloadWatcher:
         if spec.planning.mode is PlanningMode.OFF or spec.workload is None:
             self._watches.pop(key, None)
             return None
-        spec_hash = compute_workload_hash(spec.workload)
         watch = self._watches.get(key)
         if watch is not None and watch.uid != cr.metadata.uid:
             watch = None
-        if watch is not None and watch.spec_hash == spec_hash:
+        if watch is not None:
+            if watch.track.spec_hash != compute_workload_hash(spec.workload):
+                watch.track.restart(spec.workload)  # spec.workload was edited
             return watch
-        if watch is not None:  # spec.workload was edited: plan for it, keep the history
-            watch.spec_hash, watch.planned, watch.source = (
-                spec_hash,
-                spec.workload,
-                WorkloadSource.SPEC,
-            )
-            watch.state = ReplanState(
-                last_replan_at=watch.state.last_replan_at, replans=watch.state.replans
-            )
-            watch.outside = None
-            return watch
-        watch = _restore(spec_hash, spec.workload, cr)
+        watch = _Watch(cr.metadata.uid, _restore(spec.workload, cr))
         self._watches[key] = watch
         return watch
 
 
-def _restore(spec_hash: str, workload: WorkloadSpec, cr: InferenceCluster) -> _Watch:
-    """A watch for a cluster this operator has not watched yet: from status when it is
+def _restore(workload: WorkloadSpec, cr: InferenceCluster) -> WorkloadTrack:
+    """The track of a cluster this operator has not watched yet: from status when it is
     for this spec.workload (the operator restarted), else from the spec."""
-    uid = cr.metadata.uid
     last = cr.status.workload if cr.status is not None else None
     if last is None:
-        return _Watch(uid, spec_hash, workload, WorkloadSource.SPEC)
-    state = ReplanState(last_replan_at=_parse_time(last.last_replan_time), replans=last.replans)
-    if last.planned.spec_hash != spec_hash:
-        return _Watch(uid, spec_hash, workload, WorkloadSource.SPEC, state)
-    planned = workload.model_copy(
+        return WorkloadTrack.of(workload)
+    state = ReplanState(last_replan_at=parse_time(last.last_replan_time), replans=last.replans)
+    track = WorkloadTrack.of(workload, state)
+    if last.planned.spec_hash != track.spec_hash:
+        return track
+    track.planned = workload.model_copy(
         update={
             "isl": last.planned.isl,
             "osl": last.planned.osl,
@@ -272,21 +188,5 @@ def _restore(spec_hash: str, workload: WorkloadSpec, cr: InferenceCluster) -> _W
             "requests_per_second": last.planned.requests_per_second,
         }
     )
-    return _Watch(uid, spec_hash, planned, last.planned.source, state)
-
-
-def _rfc3339(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _rfc3339_or_none(seconds: float | None) -> str | None:
-    return None if seconds is None else _rfc3339(seconds)
-
-
-def _parse_time(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return None
+    track.source = last.planned.source
+    return track

@@ -41,10 +41,11 @@ from tandem.api.v1alpha1 import (
     PoolRole,
     PoolSpec,
 )
+from tandem.engines.reference.spec_options import render_offload_options
 from tandem.engines.simulated.config import render_simulated_options
 from tandem.engines.trtllm.config import render_trtllm_config
 from tandem.frontend import api_keys
-from tandem.frontend.config import tenancy_settings
+from tandem.frontend.config import cold_start_timeout, tenancy_settings
 from tandem_operator import names
 from tandem_operator.render.model_source import render_model_mount
 
@@ -90,7 +91,7 @@ def render_engine_options(cr: InferenceCluster, role: PoolRole) -> Manifest:
             accelerator=spec.accelerator.profile,
             tensor_parallel_size=pool.tensor_parallel_size,
         )
-    return options
+    return {**options, **render_offload_options(pool.kv_cache.offload)}
 
 
 def render_worker_config(cr: InferenceCluster, role: PoolRole) -> Manifest:
@@ -138,19 +139,22 @@ def render_frontend_config(cr: InferenceCluster) -> Manifest:
     its API keys and its metrics port (in a cluster /metrics is never on the API port)."""
     spec = cr.spec
     namespace = cr.metadata.namespace or "default"
+    frontend: Manifest = {
+        "routingPolicy": spec.frontend.routing_policy.value,
+        "disaggregation": spec.frontend.disaggregation.to_wire(),
+        "maxQueuedRequests": spec.frontend.max_queued_requests,
+        "tenancy": tenancy_settings(spec.frontend).model_dump(
+            mode="json", by_alias=True, exclude_none=True
+        ),
+    }
+    if (timeout := cold_start_timeout(spec)) is not None:
+        frontend["coldStartTimeoutSeconds"] = timeout
     return {
         "contractVersion": CONTRACT_VERSION,
         "cluster": cr.metadata.name,
         "model": spec.model.to_wire(),
         "servedModelName": spec.model.public_name,
-        "frontend": {
-            "routingPolicy": spec.frontend.routing_policy.value,
-            "disaggregation": spec.frontend.disaggregation.to_wire(),
-            "maxQueuedRequests": spec.frontend.max_queued_requests,
-            "tenancy": tenancy_settings(spec.frontend).model_dump(
-                mode="json", by_alias=True, exclude_none=True
-            ),
-        },
+        "frontend": frontend,
         "workers": {
             role.value: names.worker_address(cr.metadata.name, namespace, role) for role in PoolRole
         },

@@ -19,12 +19,14 @@ The hardware parts come from ``profiles``; the command lines and config document
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tandem.api.v1alpha1 import EngineKind, InferenceCluster, PoolRole
 from tandem.engines.trtllm.version import PINNED_VERSION
 from tandem.security.identity import Identity
+from tandem.telemetry.tracing import tracing_env
 from tandem_operator import names
 from tandem_operator.render.contract import (
     api_key_directories,
@@ -68,7 +70,11 @@ class RenderSettings:
 
     image: str = "ghcr.io/tandem-dev/tandem:0.1.0"  # frontend and reference workers
     trtllm_image: str = "ghcr.io/tandem-dev/tandem-trtllm:0.1.0"  # TensorRT-LLM workers
+    # TensorRT-LLM workers of one accelerator profile ("gb200": ...), instead of trtllm_image.
+    trtllm_images: Mapping[str, str] = field(default_factory=dict)
     image_pull_policy: str = "IfNotPresent"
+    # imagePullSecrets of every frontend and worker pod (Secrets of the cluster's namespace).
+    image_pull_secrets: tuple[str, ...] = ()
     frontend_resources: Manifest = field(
         default_factory=lambda: {
             "requests": {"cpu": "500m", "memory": "512Mi"},
@@ -107,11 +113,19 @@ def grace_seconds(cr: InferenceCluster, component: str) -> int:
 
 
 def worker_image(cr: InferenceCluster, settings: RenderSettings) -> str:
+    """The cluster's own pin (spec.engine.image), else the operator's image for its engine
+    and accelerator profile."""
     if cr.spec.engine.image:
         return cr.spec.engine.image
     if cr.spec.engine.kind is EngineKind.TRTLLM:
-        return settings.trtllm_image
+        profile = cr.spec.accelerator.profile
+        return settings.trtllm_images.get(profile, settings.trtllm_image)
     return settings.image
+
+
+def frontend_image(cr: InferenceCluster, settings: RenderSettings) -> str:
+    """The cluster's own pin (spec.frontend.image), else the operator's image."""
+    return cr.spec.frontend.image or settings.image
 
 
 def merge_pod_spec(base: Manifest, override: Manifest) -> Manifest:
@@ -138,6 +152,13 @@ def _named(items: list[Any]) -> bool:
 
 def _downward_env(*fields: tuple[str, str]) -> list[Manifest]:
     return [{"name": n, "valueFrom": {"fieldRef": {"fieldPath": p}}} for n, p in fields]
+
+
+def _tracing_env(cr: InferenceCluster) -> list[Manifest]:
+    """OTLP export for the frontend and workers, when the spec asks for it."""
+    tracing = cr.spec.observability.tracing
+    env = tracing_env(tracing.otlp_endpoint, tracing.sampling_ratio)
+    return [{"name": name, "value": value} for name, value in env.items()]
 
 
 def _security_context(non_root: bool, add_capabilities: tuple[str, ...] = ()) -> Manifest:
@@ -208,6 +229,7 @@ def _pod_spec(
     grace: int,
     selector: dict[str, str],
     hardware: WorkerHardware | None,
+    pull_secrets: tuple[str, ...],
 ) -> Manifest:
     spec: Manifest = {
         # Workers never call the API; the frontend opts back in (see access.py).
@@ -218,6 +240,8 @@ def _pod_spec(
         "volumes": volumes,
         "topologySpreadConstraints": _spread(selector, hardware.spread_max_skew if hardware else 1),
     }
+    if pull_secrets:
+        spec["imagePullSecrets"] = [{"name": name} for name in pull_secrets]
     non_root = hardware.non_root if hardware else True
     spec["securityContext"] = {"seccompProfile": {"type": "RuntimeDefault"}}
     if non_root:
@@ -290,6 +314,21 @@ def _worker_parts(cr: InferenceCluster, role: PoolRole, settings: RenderSettings
         role=role,
         options=settings.hardware,
     )
+    offload = pool.kv_cache.offload
+    if offload.enabled and offload.disk_bytes:
+        # The disk tier's file lives on the node's local ephemeral storage, capped at
+        # its budget (the kubelet evicts a pod past sizeLimit; the tier stays within it).
+        hardware = replace(
+            hardware,
+            volumes=[
+                *hardware.volumes,
+                {"name": "kv-offload", "emptyDir": {"sizeLimit": str(offload.disk_bytes)}},
+            ],
+            volume_mounts=[
+                *hardware.volume_mounts,
+                {"name": "kv-offload", "mountPath": offload.disk_path},
+            ],
+        )
     # Engines that load weights mount them (the reference engine builds its own).
     model = render_model_mount(cr.spec.model) if cr.spec.engine.kind is EngineKind.TRTLLM else None
     env = _downward_env(
@@ -298,6 +337,7 @@ def _worker_parts(cr: InferenceCluster, role: PoolRole, settings: RenderSettings
         ("POD_IP", "status.podIP"),
     )
     env += hardware.env
+    env += _tracing_env(cr)
     env += [e.to_wire() for e in pool.env]
     return _WorkerParts(hardware, model, env)
 
@@ -345,6 +385,7 @@ def render_worker_pod_template(
         grace=grace_seconds(cr, role.value),
         selector=selector,
         hardware=parts.hardware,
+        pull_secrets=settings.image_pull_secrets,
     )
     spec = _with_overlay(cr, role, spec)
     labels = {**pool.pod_template.labels, **names.standard_labels(cluster, role.value)}
@@ -393,6 +434,7 @@ def render_profile_pod_template(
         grace=GRACE_FLOOR_SECONDS,
         selector=labels,
         hardware=parts.hardware,
+        pull_secrets=settings.image_pull_secrets,
     )
     spec["restartPolicy"] = "Never"  # a failed run is the Job's to retry (backoffLimit)
     return {
@@ -434,7 +476,7 @@ def render_frontend_pod_template(
     key_volumes, key_mounts = render_api_key_volumes(cr)
     container: Manifest = {
         "name": "frontend",
-        "image": settings.image,
+        "image": frontend_image(cr, settings),
         "imagePullPolicy": settings.image_pull_policy,
         "command": frontend_command(port),
         "ports": [
@@ -445,9 +487,10 @@ def render_frontend_pod_template(
                 "protocol": "TCP",
             },
         ],
-        "env": _downward_env(
-            ("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")
-        ),
+        "env": [
+            *_downward_env(("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")),
+            *_tracing_env(cr),
+        ],
         "resources": settings.frontend_resources,
         "volumeMounts": [
             {"name": "config", "mountPath": names.CONFIG_MOUNT_PATH, "readOnly": True},
@@ -471,6 +514,7 @@ def render_frontend_pod_template(
         grace=grace_seconds(cr, names.FRONTEND),
         selector=selector,
         hardware=None,
+        pull_secrets=settings.image_pull_secrets,
     )
     # The frontend watches its pools' EndpointSlices with its own, narrow identity.
     spec["serviceAccountName"] = names.frontend_name(cluster)

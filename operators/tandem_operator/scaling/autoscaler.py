@@ -50,7 +50,13 @@ from tandem.autoscale import (
     decide,
     initial_state,
 )
-from tandem.autoscale.early import POLL_SECONDS, may_decide_early, prompts_diverted_since
+from tandem.autoscale.early import (
+    POLL_SECONDS,
+    may_decide_early,
+    may_wake_from_zero,
+    prompts_diverted_since,
+    requests_waiting,
+)
 from tandem.autoscale.exposition import SampleWindow
 from tandem.sim.planned_spec import apply_cluster_plan
 from tandem_operator import metrics, names, reasons
@@ -211,14 +217,21 @@ class Autoscaler:
 
     async def _until_next_round(self, key: Key, cr: InferenceCluster, due: float) -> None:
         """Sleep until ``due``, or less: once a second, where an early round could act,
-        read whether the router diverted long prompts since the last round
-        (``tandem.autoscale.early``)."""
+        read whether the router diverted long prompts since the last round, or requests
+        wait for a decode worker while that pool is empty (``tandem.autoscale.early``)."""
         while (left := due - self._clock()) > 0:
             await self._sleep(min(left, POLL_SECONDS))
-            if due - self._clock() > 0 and await self._prompts_diverted(key, cr):
-                metrics.AUTOSCALER_EARLY_ROUNDS.inc()
-                logger.info("[%s/%s] long prompts diverted: deciding now", *key)
+            if due - self._clock() <= 0:
                 return
+            if await self._prompts_diverted(key, cr):
+                why = "long prompts diverted"
+            elif await self._waiting_at_zero(key, cr):
+                why = "requests wait for a decode worker"
+            else:
+                continue
+            metrics.AUTOSCALER_EARLY_ROUNDS.inc()
+            logger.info("[%s/%s] %s: deciding now", *key, why)
+            return
 
     async def _prompts_diverted(self, key: Key, cr: InferenceCluster) -> bool:
         namespace, name = key
@@ -235,6 +248,20 @@ class Autoscaler:
         pods = self._caches.of("Pod").for_cluster(namespace, name)
         latest = await self._source.diverted_prompts(cr, _frontend_pods(pods))
         return prompts_diverted_since(prefill.previous.diverted_prompts_total, latest)
+
+    async def _waiting_at_zero(self, key: Key, cr: InferenceCluster) -> bool:
+        namespace, name = key
+        memory = self._clusters.get(key)
+        decode = memory.pools.get(PoolRole.DECODE) if memory is not None else None
+        pool = self._caches.of("WorkerPool").get(namespace, names.pool_name(name, PoolRole.DECODE))
+        if decode is None or pool is None:
+            return False
+        current = compute_pool_counts(_with_pending_write(pool, decode), []).current
+        maximum = compute_scaling_config(cr.spec, PoolRole.DECODE).max_replicas
+        if not may_wake_from_zero(current, maximum):
+            return False
+        pods = self._caches.of("Pod").for_cluster(namespace, name)
+        return requests_waiting(await self._source.waiting_for_worker(cr, _frontend_pods(pods)))
 
     # ------------------------------------------------------------------ one round
 

@@ -33,15 +33,16 @@ from tandem.api.v1alpha1 import InferenceCluster, PoolRole
 from tandem.autoscale import WorkerLoad
 from tandem.autoscale.exposition import (
     DIVERTED_PROMPTS_TOTAL,
+    REQUESTS_WAITING_FOR_WORKER,
     RouterReading,
     combine_readings,
     combine_worker_loads,
+    parse_gauge,
     parse_router_reading,
     parse_worker_loads,
     sum_counter,
 )
-from tandem.frontend.metrics import ANSWER_LENGTH, PROMPT_LENGTH
-from tandem.sim.workload_observation import LengthCounts, parse_length_counts
+from tandem.sim.workload_observation import LENGTH_SERIES, LengthCounts, parse_length_counts
 from tandem_operator import names, reasons
 from tandem_operator.status.observe import observe_pod
 
@@ -53,8 +54,6 @@ T = TypeVar("T")
 
 SCRAPE_TIMEOUT_SECONDS = 2.0
 WILDCARD = "*"
-# The length histograms' series, asked for by name: the rest of /metrics is not needed.
-LENGTH_SERIES = tuple(("name[]", f"{family}_bucket") for family in (PROMPT_LENGTH, ANSWER_LENGTH))
 
 
 class ScrapeError(Exception):
@@ -181,6 +180,13 @@ class FrontendSource(Protocol):
         rounds (``tandem.autoscale.early``); None when any frontend did not answer."""
         ...
 
+    async def waiting_for_worker(
+        self, cr: InferenceCluster, frontend_pods: Sequence[Manifest]
+    ) -> float | None:
+        """The frontends' ``tandem_router_requests_waiting_for_worker`` summed, read
+        between rounds while the decode pool is empty; None when any did not answer."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -230,6 +236,17 @@ class MetricsSource:
             return None  # the next round reports it
         return sum_counter(answers.values())
 
+    async def waiting_for_worker(
+        self, cr: InferenceCluster, frontend_pods: Sequence[Manifest]
+    ) -> float | None:
+        targets = compute_frontend_targets(
+            cr, frontend_pods, self._overrides, scrape_pods=self._scrape_pods
+        )
+        answers, failures = await _ask_each(targets, self._read_waiting)
+        if failures:
+            return None  # the next round reports it
+        return sum_counter(answers.values())
+
     async def length_counts(
         self, cr: InferenceCluster, frontend_pods: Sequence[Manifest]
     ) -> dict[str, LengthCounts]:
@@ -261,6 +278,10 @@ class MetricsSource:
     async def _read_diverted(self, target: FrontendTarget) -> float | None:
         text = await self._get_metrics(target.metrics, {"name[]": DIVERTED_PROMPTS_TOTAL})
         return parse_router_reading(text, at=0.0).sample(PoolRole.PREFILL).diverted_prompts_total
+
+    async def _read_waiting(self, target: FrontendTarget) -> float | None:
+        text = await self._get_metrics(target.metrics, {"name[]": REQUESTS_WAITING_FOR_WORKER})
+        return parse_gauge(text, REQUESTS_WAITING_FOR_WORKER)
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:

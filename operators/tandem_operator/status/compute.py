@@ -4,7 +4,9 @@ The rules, in the order a user relies on them:
 
 - **Ready** is True only when the frontend and every pool have at least their desired
   number of ready replicas, the decode pool is not empty, and the latest spec was applied.
-  Never Ready while a pool is short.
+  Never Ready while a pool is short. A decode pool the autoscaler scaled to zero
+  (``decode.minReplicas: 0``) is not a fault: Ready stays True with reason
+  ``ScaledToZero``, since the frontend takes requests and starts a worker for them.
 - **Degraded** is True when something outside the operator's reach blocks progress: pods
   the scheduler refuses (``InsufficientGPU`` ...), images that do not pull, crash loops, an
   invalid spec or a failed apply. Its message carries the scheduler's own words.
@@ -40,6 +42,7 @@ from tandem.api.v1alpha1 import (
     PoolStatus,
     WorkerPoolStatus,
 )
+from tandem.frontend.config import cold_start_timeout
 from tandem_operator import names, reasons
 from tandem_operator.render.children import pool_selector
 from tandem_operator.render.placement import NvlinkPlacement
@@ -239,19 +242,27 @@ def compute_status(cr: InferenceCluster, observed: Observed, now: str) -> Status
 
     degraded = _degraded(observed, parts)
     decode = pool_parts.get(PoolRole.DECODE)
+    cold_start = cold_start_timeout(cr.spec)
+    at_zero = decode is not None and decode.desired == 0 and cold_start is not None
     if observed.failure is not None:
         ready, ready_reason, ready_message = (
             False,
             observed.failure.reason,
             observed.failure.message,
         )
-    elif decode is None or decode.desired == 0:
+    elif decode is None or (decode.desired == 0 and not at_zero):
         ready, ready_reason = False, reasons.NO_DECODE_WORKERS
         ready_message = "the decode pool has no workers; nothing can stream tokens"
     elif any(p.short for p in parts):
         ready = False
         ready_reason = degraded[0] if degraded else reasons.PODS_NOT_READY
         ready_message = _summary(parts)
+    elif at_zero:
+        ready, ready_reason = True, reasons.SCALED_TO_ZERO
+        ready_message = (
+            f"scaled to zero while idle ({_summary(parts)}): a request starts a decode "
+            f"worker and waits up to {cold_start}s for it"
+        )
     else:
         ready, ready_reason, ready_message = True, reasons.CLUSTER_READY, _summary(parts)
 

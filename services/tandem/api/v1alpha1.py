@@ -154,7 +154,10 @@ class EngineSpec(ApiModel):
     )
     image: str | None = Field(
         default=None,
-        description="Worker container image; defaults to the accelerator profile's image.",
+        description="Worker container image, pinned for this cluster. Unset: the operator's "
+        "image for the engine and accelerator profile (chart values dataPlane.image, "
+        "dataPlane.trtllmImage, dataPlane.trtllmImageByProfile), so an upgrade of the "
+        "operator's images rolls this cluster's workers too.",
     )
     options: OpenObject = Field(
         default_factory=OpenObject,
@@ -302,6 +305,12 @@ class FrontendSpec(ApiModel):
     )
 
     replicas: int = Field(default=1, ge=1, le=100, description="Frontend replicas.")
+    image: str | None = Field(
+        default=None,
+        description="Frontend container image, pinned for this cluster. Unset: the "
+        "operator's image (chart value dataPlane.image), so an upgrade of the operator's "
+        "images rolls this cluster's frontends too.",
+    )
     port: int = Field(default=8000, ge=1, le=65535, description="HTTP port of the frontend.")
     routing_policy: RoutingPolicy = Field(
         default=RoutingPolicy.KV_AWARE, description="How decode workers are chosen."
@@ -312,6 +321,17 @@ class FrontendSpec(ApiModel):
         ge=1,
         description="Requests admitted but not yet running, per frontend; beyond it the "
         "frontend answers 429 with Retry-After.",
+    )
+    cold_start_timeout_seconds: int = Field(
+        default=300,
+        ge=1,
+        le=3600,
+        description="With decode.minReplicas 0: how long a request waits for a decode "
+        "worker while none is ready (the pool scaled to zero and the autoscaler starting "
+        "one); it is answered once one is. Past it the frontend answers 503 with "
+        "Retry-After, saying no worker started in time. Set it above the workers' cold "
+        "start (pod scheduled, image present, model loaded). Unused while the decode pool "
+        "keeps a worker.",
     )
     max_migrations: int = Field(
         default=2,
@@ -364,6 +384,42 @@ class PodTemplateOverrides(ApiModel):
     spec: OpenObject | None = Field(
         default=None, description="Merged over the rendered PodSpec (strategic-merge style)."
     )
+
+
+class KvOffloadSpec(ApiModel):
+    """KV tiers below the device pool: evicted blocks go to host memory, then local disk."""
+
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            "!self.enabled || self.hostBytes > 0 || self.diskBytes > 0",
+            "an enabled offload needs hostBytes or diskBytes",
+            ".enabled",
+        ),
+        CelRule(
+            "self.diskBytes == 0 || self.diskPath != ''",
+            "diskBytes needs diskPath",
+            ".diskPath",
+        ),
+    )
+
+    enabled: bool = Field(default=False, description="Offload evicted KV blocks.")
+    host_bytes: int = Field(
+        default=0, ge=0, description="Host-memory tier size in bytes (allocated at start-up)."
+    )
+    disk_bytes: int = Field(
+        default=0, ge=0, description="Disk tier budget in bytes; 0 means no disk tier."
+    )
+    disk_path: str = Field(
+        default="",
+        description="Directory of the disk tier's file (a local, fast disk); each worker "
+        "writes its own file there.",
+    )
+
+
+class KvCacheSpec(ApiModel):
+    """The pool's KV cache beyond the device pool."""
+
+    offload: KvOffloadSpec = Field(default_factory=KvOffloadSpec)
 
 
 class PoolSpec(ApiModel):
@@ -421,6 +477,7 @@ class PoolSpec(ApiModel):
         description="Engine options for this pool only, merged over spec.engine.options.",
     )
     pod_template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)
+    kv_cache: KvCacheSpec = Field(default_factory=KvCacheSpec)
 
 
 class KvTransferSpec(ApiModel):
@@ -505,6 +562,16 @@ class PrefillScalingSpec(ScalingBehavior):
 class DecodeScalingSpec(ScalingBehavior):
     target_active_sequences_per_replica: int = Field(default=32, ge=1)
     target_kv_utilization: float = Field(default=0.8, gt=0, le=1)
+    # Longer than scaleDownStabilizationSeconds on purpose: see ScalingConfig.
+    scale_to_zero_idle_seconds: int = Field(
+        default=300,
+        ge=0,
+        le=86_400,
+        description="With decode.minReplicas 0: how long the pool must be idle (nothing "
+        "queued, streaming or arriving) before its last worker is removed; any request "
+        "restarts the count. The next request after that waits for a cold start "
+        "(frontend.coldStartTimeoutSeconds).",
+    )
 
 
 class AutoscalingSpec(ApiModel):
@@ -654,6 +721,30 @@ class ReplanSpec(ApiModel):
     )
 
 
+class TracingSpec(ApiModel):
+    """Per-request OpenTelemetry traces (frontend, router, prefill, KV transfer, decode),
+    exported over OTLP/gRPC to a collector such as Jaeger or the OpenTelemetry Collector.
+    Off unless otlpEndpoint is set: without it every span is a no-op."""
+
+    otlp_endpoint: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/]+(:[0-9]+)?/?$",
+        description="OTLP/gRPC receiver, e.g. http://otel-collector.monitoring:4317 "
+        "(https:// for TLS). Unset: no traces are exported.",
+    )
+    sampling_ratio: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description="Fraction of requests traced (decided once at the frontend; the "
+        "router and workers follow the caller's decision).",
+    )
+
+
+class ObservabilitySpec(ApiModel):
+    tracing: TracingSpec = Field(default_factory=TracingSpec)
+
+
 class PlanningSpec(ApiModel):
     """Whether the operator plans the pools' shape from spec.slo and spec.workload."""
 
@@ -672,18 +763,29 @@ class PlanningSpec(ApiModel):
 
 
 class DecodePoolSpec(PoolSpec):
-    """The decode pool: like any pool, but never empty (someone must stream tokens)."""
+    """The decode pool: like any pool, but empty only under autoscaling (someone must
+    start a worker to stream the next request's tokens)."""
 
-    min_replicas: int = Field(default=1, ge=0, le=1000, description="Autoscaling floor.")
+    min_replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="Autoscaling floor. 0 (autoscaling.enabled only) lets an idle cluster "
+        "scale to no decode worker: the first request then waits for one to start "
+        "(frontend.coldStartTimeoutSeconds).",
+    )
 
 
 class InferenceClusterSpec(ApiModel):
     """One served model: a frontend, a prefill pool and a decode pool."""
 
     cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        # At zero something must start a worker for the first request: an autoscaler
+        # (builtin, or HPA/KEDA in external mode) reading the frontend's waiting demand.
         CelRule(
-            "self.decode.minReplicas >= 1",
-            "the decode pool needs at least one worker (minReplicas >= 1)",
+            "self.decode.minReplicas >= 1 || self.autoscaling.enabled",
+            "decode.minReplicas 0 needs autoscaling.enabled: without an autoscaler nothing "
+            "would start a decode worker for the first request",
             ".decode.minReplicas",
         ),
         CelRule(
@@ -731,6 +833,19 @@ class InferenceClusterSpec(ApiModel):
             "planning.mode check and auto need a workload: set workload",
             ".workload",
         ),
+        # The frontend refuses longer prompts: a workload of them plans for traffic that
+        # can never arrive.
+        CelRule(
+            "!has(self.workload) || self.workload.isl <= self.model.maxInputTokens",
+            "workload.isl must not exceed model.maxInputTokens (longer prompts are refused)",
+            ".workload.isl",
+        ),
+        CelRule(
+            "!has(self.workload) || !has(self.workload.islP90) || "
+            "self.workload.islP90 <= self.model.maxInputTokens",
+            "workload.islP90 must not exceed model.maxInputTokens (longer prompts are refused)",
+            ".workload.islP90",
+        ),
         # Planning reads step times: GPU profiles have measured tables for trtllm and
         # simulated; on cpu the operator profiles the reference engine (a Job).
         CelRule(
@@ -754,6 +869,12 @@ class InferenceClusterSpec(ApiModel):
             "the trtllm and simulated engines serve gpt-oss models (tokenizer harmony)",
             ".model.tokenizer",
         ),
+        CelRule(
+            "self.engine.kind == 'reference' || (!self.prefill.kvCache.offload.enabled && "
+            "!self.decode.kvCache.offload.enabled)",
+            "kvCache.offload is implemented by the reference engine only",
+            ".engine.kind",
+        ),
     )
 
     model: ModelSpec
@@ -769,6 +890,7 @@ class InferenceClusterSpec(ApiModel):
         default=None, description="The traffic to plan for (planning)."
     )
     planning: PlanningSpec = Field(default_factory=PlanningSpec)
+    observability: ObservabilitySpec = Field(default_factory=ObservabilitySpec)
 
 
 # --------------------------------------------------------------------------- status
@@ -931,11 +1053,6 @@ class WorkerPoolSpec(ApiModel):
         CelRule(
             "self.minReplicas <= self.maxReplicas",
             "minReplicas must not exceed maxReplicas",
-            ".minReplicas",
-        ),
-        CelRule(
-            "self.role != 'decode' || self.minReplicas >= 1",
-            "a decode pool needs minReplicas >= 1",
             ".minReplicas",
         ),
         CelRule("self.role == oldSelf.role", "role is immutable", ".role"),

@@ -153,6 +153,17 @@ def parse_object(doc: Any, source: str = "", previous: ApiModel | None = None) -
     return obj
 
 
+def parse_inference_cluster(doc: Any, source: str = "") -> api.InferenceCluster:
+    """``parse_object`` for a document that must be an InferenceCluster (one a program
+    writes: a benchmark's or a fault scenario's cluster)."""
+    obj = parse_object(doc, source)
+    if not isinstance(obj, api.InferenceCluster):
+        raise ManifestError(
+            [FieldError(source, "kind", f"must be InferenceCluster, got {type(obj).__name__}")]
+        )
+    return obj
+
+
 def load_documents(text: str, source: str, previous: Sequence[ApiModel] = ()) -> list[ApiModel]:
     """All documents of a YAML stream; collects every error before raising. An object of
     ``previous`` with the same kind and name is what the document updates."""

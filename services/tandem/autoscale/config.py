@@ -48,6 +48,13 @@ class ScalingConfig:
     target_active_sequences_per_replica: int = 32
     target_kv_utilization: float = 0.8
     unschedulable_after_seconds: float = DEFAULT_UNSCHEDULABLE_AFTER_SECONDS
+    # How long the pool must have been idle before its last worker goes (0: as soon as
+    # the scale-down window allows). Hysteresis: scaling up from zero happens at the
+    # first waiting request, but down to zero only after a window well above a cold
+    # start, so that a lull shorter than it never makes the next request pay one
+    # (seconds to minutes on a GPU: image, weights, warm-up), while an idle worker
+    # costs at most this window of GPU time per lull.
+    scale_to_zero_idle_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_replicas <= self.max_replicas:
@@ -75,8 +82,10 @@ class ScalingConfig:
             raise ValueError("target_prefill_tokens_per_second_per_replica must be positive")
         if min(self.backlog_drain_seconds, self.smoothing_seconds) <= 0 or self.jump <= 0:
             raise ValueError("backlog_drain_seconds, smoothing_seconds and jump must be positive")
-        if self.unschedulable_after_seconds < 0:
-            raise ValueError("unschedulable_after_seconds must not be negative")
+        if self.unschedulable_after_seconds < 0 or self.scale_to_zero_idle_seconds < 0:
+            raise ValueError(
+                "unschedulable_after_seconds and scale_to_zero_idle_seconds must not be negative"
+            )
 
     @property
     def longest_window_seconds(self) -> float:
@@ -128,4 +137,9 @@ def compute_scaling_config(
         ),
         target_kv_utilization=autoscaling.decode.target_kv_utilization,
         unschedulable_after_seconds=float(unschedulable),
+        # Only decode: an empty prefill pool costs no cold start (the decode workers
+        # prefill locally meanwhile), so it keeps following the scale-down window.
+        scale_to_zero_idle_seconds=(
+            float(autoscaling.decode.scale_to_zero_idle_seconds) if role is PoolRole.DECODE else 0.0
+        ),
     )

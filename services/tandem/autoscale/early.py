@@ -17,6 +17,11 @@ first request for a revision at zero):
   burst began sees a fraction of it);
 - never at the pool's maximum: there is nothing to decide.
 
+The same holds for a decode pool at zero: a request that finds no decode worker waits
+for one (``tandem_router_requests_waiting_for_worker``), and every second before the
+round adds a second to its first token; the actuator reads that gauge between rounds
+while the pool is empty and decides at once when it is not zero.
+
 The early round is a whole round (both pools, the usual policy); the next one follows
 an interval after it.
 """
@@ -37,6 +42,18 @@ def may_decide_early(
     if current >= max_replicas:
         return False
     return current == 0 or seconds_since_round >= interval_seconds / 2
+
+
+def may_wake_from_zero(current: int, max_replicas: int) -> bool:
+    """Whether an early round could happen now for a decode pool of ``current`` workers
+    (if false, the actuator need not read the waiting requests)."""
+    return current == 0 < max_replicas
+
+
+def requests_waiting(waiting: float | None) -> bool:
+    """Whether requests wait for a decode worker; unknown (a frontend did not answer, or
+    exports no such gauge) is no."""
+    return waiting is not None and waiting > 0
 
 
 def prompts_diverted_since(at_round: float | None, latest: float | None) -> bool:

@@ -50,6 +50,7 @@ WORKERS = "tandem_router_workers"
 DIVERTED_PREFILL_TOKENS = "tandem_router_diverted_prefill_tokens"
 PROMPT_TOKENS_TOTAL = "tandem_router_prefill_prompt_tokens_total"
 DIVERTED_PROMPTS_TOTAL = "tandem_router_diverted_prompts_total"
+REQUESTS_WAITING_FOR_WORKER = "tandem_router_requests_waiting_for_worker"
 FIRST_TOKENS_TOTAL = "tandem_frontend_time_to_first_token_seconds_count"
 FIRST_TOKEN_SECONDS_SUM = "tandem_frontend_time_to_first_token_seconds_sum"
 REQUEST_SECONDS_SUM = "tandem_frontend_request_duration_seconds_sum"
@@ -187,6 +188,16 @@ def combine_readings(readings: Iterable[RouterReading], *, at: float) -> RouterR
         )
         healthy[role] = max((r.healthy_workers.get(role, 0) for r in readings), default=0)
     return RouterReading(at=at, samples=samples, healthy_workers=healthy)
+
+
+def parse_gauge(text: str, name: str) -> float | None:
+    """The value of the unlabelled series ``name`` in one frontend's ``/metrics``; None
+    when it is absent. Raises ValueError when the text is not a Prometheus exposition."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and not sample.labels:
+                return float(sample.value)
+    return None
 
 
 def sum_counter(values: Iterable[float | None]) -> float | None:

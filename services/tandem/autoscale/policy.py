@@ -24,6 +24,10 @@ A decision, in order:
    ``Unschedulable`` - the pending pods already ask the cluster (and its autoscaler)
    for capacity; more would only pile up. Growth resumes when they are scheduled.
    Scaling down is never held back by this.
+6. **Idle window** (``scale_to_zero_idle_seconds``): a pool allowed to reach zero keeps
+   its last worker until it has been idle that long without a break; from zero it grows
+   at the first sign of demand (a request waiting for a worker). See ``ScalingConfig``
+   for why the two directions differ.
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ class PolicyState:
     requests_per_second: SignalEstimate | None = None
     active_sequences: SignalEstimate | None = None
     kv_utilization: SignalEstimate | None = None
+    # Since when the load has been nil without a break (None: it is not).
+    idle_since: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +144,11 @@ def decide(
     if desired != stepped:
         limited_by = LimitedBy.MAX_REPLICAS if desired < stepped else LimitedBy.MIN_REPLICAS
 
+    idle_since = _idle_since(state.idle_since, signal, now)
+    if keeps_last_worker(config, current, desired, idle_since, now=now):
+        desired = 1
+        limited_by = LimitedBy.IDLE_WINDOW
+
     unschedulable_since = _unschedulable_since(state.unschedulable_since, observation, now)
     stuck = (
         unschedulable_since is not None
@@ -156,7 +167,8 @@ def decide(
         reason=_reason(config, current, desired, wanted, signal, limited_by),
         limited_by=limited_by,
         signal=signal,
-        message=_message(config, effective, raw, recommended, desired, limited_by),
+        message=_message(config, effective, raw, recommended, desired, limited_by)
+        + _idle_note(config, limited_by, idle_since, now),
     )
     climbing = limited_by is LimitedBy.MAX_STEP and desired > current
     new_state = PolicyState(
@@ -169,8 +181,38 @@ def decide(
         requests_per_second=estimates.requests_per_second,
         active_sequences=estimates.active_sequences,
         kv_utilization=estimates.kv_utilization,
+        idle_since=idle_since,
     )
     return decision, new_state
+
+
+def keeps_last_worker(
+    config: ScalingConfig, current: int, desired: int, idle_since: float | None, *, now: float
+) -> bool:
+    """Whether a pool about to reach zero keeps one worker: it has not been idle for
+    ``scale_to_zero_idle_seconds`` yet (see ``ScalingConfig`` for why)."""
+    if desired > 0 or current <= 0 or config.max_replicas < 1:
+        return False
+    idle_for = now - idle_since if idle_since is not None else 0.0
+    return idle_for < config.scale_to_zero_idle_seconds
+
+
+def _idle_since(since: float | None, signal: LoadSignal, now: float) -> float | None:
+    if signal is not LoadSignal.IDLE:
+        return None  # any load restarts the idle window
+    return now if since is None else since
+
+
+def _idle_note(
+    config: ScalingConfig, limited_by: LimitedBy, idle_since: float | None, now: float
+) -> str:
+    if limited_by is not LimitedBy.IDLE_WINDOW:
+        return ""
+    idle_for = now - idle_since if idle_since is not None else 0.0
+    return (
+        f" (idle {idle_for:.0f}s of the {config.scale_to_zero_idle_seconds:.0f}s before "
+        "the last worker goes)"
+    )
 
 
 @dataclass(frozen=True, slots=True)

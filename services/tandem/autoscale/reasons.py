@@ -44,6 +44,7 @@ class LimitedBy(enum.StrEnum):
     MAX_STEP = "MaxStep"
     STABILIZATION = "Stabilization"
     UNSCHEDULABLE = "Unschedulable"
+    IDLE_WINDOW = "IdleWindow"  # the last worker stays until the pool was idle long enough
 
 
 class LoadSignal(enum.StrEnum):

@@ -15,6 +15,7 @@ from tandem.runtime.plan import WORKER_MODULE
 from tandem.runtime.preflight import local_run_errors
 from tandem.runtime.state import cluster_dir, list_clusters
 from tandem.runtime.status import collect_status, render_status
+from tandem.runtime.tracing_flags import add_tracing_flags, apply_tracing_flags, tracing_argv
 
 EXIT_USAGE = 2
 
@@ -29,8 +30,12 @@ def cmd_up(args: argparse.Namespace) -> int:
         problems = local_run_errors(cluster, args.filename)
         if problems:
             raise ManifestError(problems)
+        cluster = apply_tracing_flags(cluster, args)
     except ManifestError as exc:
         print_manifest_errors(exc)
+        return EXIT_USAGE
+    except ValueError as exc:  # a bad tracing flag
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     port = cluster.spec.frontend.port if args.port is None else args.port
     module = args.worker_module
@@ -49,6 +54,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 port=port,
                 progress=_say,
                 worker_module=module,
+                extra_argv=tracing_argv(args),
             )
         return run_foreground(cluster, port=port, progress=_say, worker_module=module)
     except LaunchError as exc:
@@ -135,6 +141,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"run each worker as `python -m MODULE` (default {WORKER_MODULE}): another "
         "program serving Tandem's worker gRPC API (docs/architecture.md, Another worker program)",
     )
+    add_tracing_flags(p)
     p.set_defaults(handler=cmd_up)
 
     p = subparsers.add_parser("down", help="stop a local cluster started by `tandem up`")

@@ -32,8 +32,9 @@ SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespac
 DEFAULT_NAMESPACE = "tandem-system"
 
 
-def _namespaces(values: Sequence[str]) -> tuple[str, ...]:
-    """``--namespace a,b --namespace c`` -> ("a", "b", "c"), in order, without repeats."""
+def _names(values: Sequence[str]) -> tuple[str, ...]:
+    """A repeatable, comma-separated flag (``--namespace a,b --namespace c``) -> ("a", "b",
+    "c"), in order, without repeats."""
     found = (n.strip() for value in values for n in value.split(","))
     return tuple(dict.fromkeys(n for n in found if n))
 
@@ -50,6 +51,13 @@ def _default_lease_namespace() -> str:
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
 
+class FlagError(ValueError):
+    """A flag's value the operator cannot use; the message starts with the flag."""
+
+    def __init__(self, flag: str, problem: ValueError) -> None:
+        super().__init__(f"{flag}: {problem}")
+
+
 def parse_peers(text: str) -> tuple[dict[str, Any], ...]:
     """``--worker-metrics-from``: a JSON list of NetworkPolicyPeer objects."""
     try:
@@ -64,6 +72,41 @@ def parse_peers(text: str) -> tuple[dict[str, Any], ...]:
     return tuple(peers)
 
 
+def parse_resources(text: str) -> dict[str, dict[str, str]]:
+    """``--frontend-resources``: a JSON ResourceRequirements (requests, limits)."""
+    try:
+        resources = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    sections = ("requests", "limits")
+    if not isinstance(resources, dict) or not set(resources) <= set(sections):
+        raise ValueError('expected {"requests": {...}, "limits": {...}}')
+    out: dict[str, dict[str, str]] = {}
+    for section, quantities in resources.items():
+        if not isinstance(quantities, dict) or not all(
+            isinstance(v, str | int) and not isinstance(v, bool) for v in quantities.values()
+        ):
+            raise ValueError(f'{section}: expected a map of quantities, e.g. {{"cpu": "1"}}')
+        # Quantities travel as strings: the API server canonicalizes them that way.
+        out[section] = {str(k): str(v) for k, v in quantities.items()}
+    return out
+
+
+def parse_profile_images(values: Sequence[str]) -> dict[str, str]:
+    """``--trtllm-image-for gb200=REF`` (repeatable) -> {"gb200": "REF"}."""
+    profiles: Any = importlib.import_module("tandem_operator.render.profiles")
+    gpu_profiles = sorted(p.value for p, hw in profiles.PROFILES.items() if hw.has_gpus)
+    images: dict[str, str] = {}
+    for value in values:
+        profile, sep, image = value.partition("=")
+        if not sep or not image:
+            raise ValueError(f"{value!r}: expected PROFILE=IMAGE, e.g. gb200=r.example/trt:1")
+        if profile not in gpu_profiles:
+            raise ValueError(f"{profile!r} is not a GPU profile ({', '.join(gpu_profiles)})")
+        images[profile] = image
+    return images
+
+
 def _in_cluster(args: argparse.Namespace) -> bool:
     return args.kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ
 
@@ -76,11 +119,23 @@ def render_settings(args: argparse.Namespace) -> Any:
     fabric: Any = importlib.import_module("tandem_operator.render.fabric")
     policies: Any = importlib.import_module("tandem_operator.render.network_policy")
     own_namespace = _default_lease_namespace() if _in_cluster(args) else None
+    parsed: dict[str, Any] = {}
+    for flag, parse, value, key in (
+        ("--worker-metrics-from", parse_peers, args.worker_metrics_from, "worker_metrics_from"),
+        ("--trtllm-image-for", parse_profile_images, args.trtllm_image_for, "trtllm_images"),
+        ("--frontend-resources", parse_resources, args.frontend_resources, "frontend_resources"),
+    ):
+        if not value:
+            continue  # RenderSettings' default
+        try:
+            parsed[key] = parse(value)
+        except ValueError as exc:
+            raise FlagError(flag, exc) from None
     return pods.RenderSettings(
         image=args.image,
         trtllm_image=args.trtllm_image,
         image_pull_policy=args.image_pull_policy,
-        worker_metrics_from=parse_peers(args.worker_metrics_from),
+        image_pull_secrets=_names(args.image_pull_secret or ()),
         operator_peer=policies.operator_peer(own_namespace) if own_namespace else None,
         hardware=profiles.HardwareOptions(
             compute_domains=args.compute_domains,
@@ -90,6 +145,7 @@ def render_settings(args: argparse.Namespace) -> Any:
                 net_devices=args.rdma_net_devices,
             ),
         ),
+        **parsed,
     )
 
 
@@ -100,8 +156,8 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
     logging.getLogger().setLevel(getattr(logging, args.log_level.upper()))
     try:
         settings = render_settings(args)
-    except ValueError as exc:
-        print(f"error: --worker-metrics-from: {exc}", file=sys.stderr)
+    except FlagError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
         metrics_urls = metrics_source.parse_url_overrides(args.frontend_metrics_url or ())
@@ -119,7 +175,7 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
     options = manager.OperatorOptions(
         kubeconfig=args.kubeconfig,
         in_cluster=in_cluster,
-        namespaces=_namespaces(args.namespace or ()),
+        namespaces=_names(args.namespace or ()),
         metrics_host=args.metrics_host or manager.default_metrics_host(in_cluster),
         metrics_port=args.metrics_port or manager.default_metrics_port(in_cluster),
         leader_election_namespace=args.leader_election_namespace or _default_lease_namespace(),
@@ -215,10 +271,32 @@ def register(subparsers: Any) -> None:
         help="image of TensorRT-LLM workers (unless spec.engine.image is set)",
     )
     run.add_argument(
+        "--trtllm-image-for",
+        action="append",
+        metavar="PROFILE=IMAGE",
+        help="image of TensorRT-LLM workers on one accelerator profile (gb200, b200, h200, "
+        "h100), instead of --trtllm-image; e.g. an arm64-only build for gb200. Repeatable",
+    )
+    run.add_argument(
+        "--image-pull-secret",
+        action="append",
+        metavar="NAME",
+        help="imagePullSecrets of the frontend and worker pods: a Secret of this name must "
+        "exist in each InferenceCluster's namespace. Repeat it or separate with commas",
+    )
+    run.add_argument(
         "--image-pull-policy",
         default="IfNotPresent",
         choices=PULL_POLICIES,
         help="imagePullPolicy of the frontend and worker containers",
+    )
+    run.add_argument(
+        "--frontend-resources",
+        default="",
+        metavar="JSON",
+        help='resources of the frontend containers, e.g. {"requests": {"cpu": "1", "memory": '
+        '"1Gi"}, "limits": {"memory": "4Gi"}} (default: requests 500m CPU and 512Mi, limit '
+        "2Gi)",
     )
     run.add_argument(
         "--compute-domains",

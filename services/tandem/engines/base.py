@@ -31,7 +31,10 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:  # tandem.kv imports this module
+    from tandem.kv.offload.stats import OffloadStats
 
 
 class FinishReason(enum.StrEnum):
@@ -108,11 +111,14 @@ class EngineStats:
     # Requests accepted by the engine but not yet scheduled (engines with their own
     # scheduler, e.g. TensorRT-LLM); 0 where the worker owns the queue.
     queued_requests: int = 0
-    # Since start: prompt tokens served from the prefix cache, and prompt tokens computed
-    # (received KV counts as neither). 0 for engines that do not report them.
+    # Since start: prompt tokens served from the prefix cache, brought back into it from
+    # the offload tiers, and computed (received KV counts as none). 0 for engines that do
+    # not report them.
     prompt_tokens_cached: int = 0
+    prompt_tokens_onboarded: int = 0
     prompt_tokens_computed: int = 0
     kv_blocks_cached: int = 0  # full blocks the prefix cache names now
+    offload: OffloadStats | None = None  # engines with KV offload tiers
 
     @property
     def kv_utilization(self) -> float:

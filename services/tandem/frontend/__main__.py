@@ -26,6 +26,7 @@ from tandem.frontend.server import build_frontend, frontend_tokenizer, serve
 from tandem.router.kv_index import KvIndex
 from tandem.router.ports import WorkerClient as RouterWorkerClient
 from tandem.security import CredentialStore
+from tandem.telemetry.tracing import configure_tracing
 from tandem.worker.client import WorkerClient
 
 
@@ -49,6 +50,7 @@ def main(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    configure_tracing("tandem-frontend")
     try:
         config = load_frontend_config(args.config)
         tokenizer = frontend_tokenizer(config)
@@ -76,7 +78,9 @@ def main(
         client = WorkerClient(address, credentials=credentials)
         return client if wrap_client is None else wrap_client(client)
 
-    app, router = build_frontend(config, connect, tokenizer=tokenizer, index=index)
+    app, router = build_frontend(
+        config, connect, tokenizer=tokenizer, index=index, credentials=credentials
+    )
     admin = (create_frontend_admin_app(router), args.admin_socket) if args.admin_socket else None
     metrics = (app.state.metrics_app, config.metrics_port) if config.metrics_port else None
     try:

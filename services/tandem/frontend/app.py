@@ -16,6 +16,8 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol, TypeVar
 
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel
 from starlette.applications import Starlette
@@ -45,8 +47,10 @@ from tandem.frontend.protocol import (
 )
 from tandem.frontend.serving import OpenAIServing
 from tandem.frontend.validation import parse_request
+from tandem.router.cold_start import NoWorkerStartedError
 from tandem.router.errors import OverloadedError
 from tandem.router.messages import WorkerView
+from tandem.telemetry.tracing import TRACER
 
 logger = logging.getLogger(__name__)
 
@@ -112,10 +116,20 @@ def create_app(
     def endpoint(name: str, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def run(request: Request) -> Response:
             ctx = RequestContext(request_id=request_id_for(request), arrival=clock())
+            # The request's root span (a client's own trace context is not adopted: it
+            # would let any caller force sampling). It ends with the last byte.
+            span = TRACER.start_span(
+                f"frontend.{name}",
+                kind=SpanKind.SERVER,
+                attributes={"tandem.request_id": ctx.request_id, "url.path": request.url.path},
+            )
             try:
                 # Before the body is read: a caller without a key costs nothing more.
                 ctx = dataclasses.replace(ctx, tenant=tenant_of(request))
-                response = await handler(request, ctx)
+                span.set_attribute("tandem.tenant", ctx.tenant)
+                # Errors become responses below; their status code says how it went.
+                with trace.use_span(span, record_exception=False, set_status_on_exception=False):
+                    response = await handler(request, ctx)
             except TandemError as exc:
                 response = error_response(exc, metrics)
             except _ClientGone:
@@ -128,18 +142,22 @@ def create_app(
                 )
             response.headers[REQUEST_ID_HEADER] = ctx.request_id
             metrics.requests.labels(name, str(response.status_code)).inc()
+            span.set_attribute("http.response.status_code", response.status_code)
+            if response.status_code >= 500:  # a client's mistake is no server error
+                span.set_status(StatusCode.ERROR)
             if isinstance(response, StreamingResponse):
                 response.body_iterator = _observe(
-                    response.body_iterator, lambda: _observe_duration(name, ctx)
+                    response.body_iterator, lambda: _observe_duration(name, ctx, span)
                 )
             else:
-                _observe_duration(name, ctx)
+                _observe_duration(name, ctx, span)
             return response
 
         return run
 
-    def _observe_duration(name: str, ctx: RequestContext) -> None:
+    def _observe_duration(name: str, ctx: RequestContext, span: trace.Span) -> None:
         metrics.request_seconds.labels(name).observe(clock() - ctx.arrival)
+        span.end()
 
     async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length", "")
@@ -246,7 +264,7 @@ def error_response(exc: TandemError, metrics: FrontendMetrics | None = None) -> 
         error=ErrorInfo(message=exc.message, type=exc.type, param=exc.param, code=exc.code)
     )
     headers = {}
-    if isinstance(exc, OverloadedError):
+    if isinstance(exc, OverloadedError | NoWorkerStartedError):
         headers["retry-after"] = str(exc.retry_after_seconds)
     if exc.http_status == 401:
         headers["www-authenticate"] = "Bearer"

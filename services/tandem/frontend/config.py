@@ -21,6 +21,7 @@ from tandem.api.v1alpha1 import (
     EngineKind,
     FrontendSpec,
     InferenceCluster,
+    InferenceClusterSpec,
     ModelSpec,
     RoutingPolicy,
     TenantLimitsSpec,
@@ -74,11 +75,20 @@ def tenancy_settings(spec: FrontendSpec) -> TenancySettings:
     )
 
 
+def cold_start_timeout(spec: InferenceClusterSpec) -> int | None:
+    """Pure: how long a request may wait for a decode worker to start; None where the
+    decode pool keeps a worker (nothing to wait for: the document, and so the frontend
+    pods, stay as they were)."""
+    return spec.frontend.cold_start_timeout_seconds if spec.decode.min_replicas == 0 else None
+
+
 class FrontendSettings(_Doc):
     routing_policy: RoutingPolicy = RoutingPolicy.KV_AWARE
     disaggregation: DisaggregationSettings = Field(default_factory=DisaggregationSettings)
     max_queued_requests: int = Field(default=256, ge=1)
     max_migrations: int = Field(default=2, ge=0)
+    # Set: the decode pool may be empty; a request waits this long for a worker to start.
+    cold_start_timeout_seconds: float | None = Field(default=None, gt=0)
     tenancy: TenancySettings = Field(default_factory=TenancySettings)
 
 
@@ -195,6 +205,7 @@ def compute_router_config(config: FrontendConfig) -> RouterConfig:
         max_prefill_attempts=tuning.max_prefill_attempts,
         max_decode_attempts=tuning.max_decode_attempts,
         max_migrations=config.frontend.max_migrations,
+        cold_start_wait_seconds=config.frontend.cold_start_timeout_seconds or 0.0,
     )
 
 
@@ -224,6 +235,7 @@ def render_frontend_config(
             max_queued_requests=spec.frontend.max_queued_requests,
             max_migrations=spec.frontend.max_migrations,
             tenancy=tenancy_settings(spec.frontend),
+            cold_start_timeout_seconds=cold_start_timeout(spec),
         ),
         workers=workers,
         kv_transfer_timeout_seconds=spec.kv_transfer.timeout_seconds,

@@ -1,7 +1,8 @@
 """The frontend's Prometheus series (latency as clients see it, requests, errors).
 
 Labels are bounded: ``endpoint`` (chat|completions|models|other), ``status`` (HTTP
-status code), ``code`` (our error codes), ``path`` (remote|local), ``tenant`` (a tenant
+status code), ``code`` (our error codes), ``path`` (remote|local), ``phase`` (one of
+``TTFT_PHASES``), ``tenant`` (a tenant
 the frontend document names, ``anonymous``, or ``other``: see
 ``tandem.frontend.tenancy.tenant_label``).
 """
@@ -17,6 +18,10 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 # 16): fine enough that a median read from the buckets lands within a few percent, few
 # enough to scrape cheaply.
 LENGTH_BUCKETS = tuple(sorted({round(2 ** (k / 3)) for k in range(61)}))
+# The time to first token, phase by phase (tandem_frontend_ttft_phase_seconds): held in
+# the tenant queue, tokenizing, choosing workers, remote prefill, moving its KV, and the
+# decode worker's first chunk less the KV transfer (on the local path: the local prefill).
+TTFT_PHASES = ("queue", "tokenize", "route", "prefill", "kv_transfer", "first_token")
 # The series the operator re-plans from (tandem.sim.workload_observation).
 PROMPT_LENGTH = "tandem_frontend_request_prompt_tokens"
 ANSWER_LENGTH = "tandem_frontend_request_generation_tokens"
@@ -51,9 +56,25 @@ class FrontendMetrics:
             buckets=TTFT_BUCKETS,
             registry=registry,
         )
+        self.ttft_phase_seconds = Histogram(
+            "tandem_frontend_ttft_phase_seconds",
+            "Time to first token by phase (queue, tokenize, route, prefill, kv_transfer, "
+            "first_token) and prefill path (remote|local); prefill and kv_transfer only "
+            "for remote prefills.",
+            ["phase", "path"],
+            buckets=TTFT_BUCKETS,
+            registry=registry,
+        )
         self.itl_seconds = Histogram(
             "tandem_frontend_inter_token_latency_seconds",
             "Time between consecutive generated tokens.",
+            buckets=ITL_BUCKETS,
+            registry=registry,
+        )
+        self.request_itl_seconds = Histogram(
+            "tandem_frontend_request_inter_token_latency_seconds",
+            "Each request's mean inter-token latency (first token to last over the tokens "
+            "after the first), when its stream ends: what spec.slo.itlP90Seconds bounds.",
             buckets=ITL_BUCKETS,
             registry=registry,
         )

@@ -32,6 +32,8 @@ from tandem.router.metrics import RouterMetrics
 from tandem.router.ports import WorkerClientFactory
 from tandem.router.service import Router
 from tandem.router.targets import membership_from_targets
+from tandem.security import CredentialStore
+from tandem.security.credentials import register_expiry_metric
 from tandem.tokenization import Tokenizer
 from tandem.tokenization.selection import choose_tokenizer, fingerprint, load_tokenizer
 
@@ -58,16 +60,20 @@ def build_frontend(
     id_factory: Callable[[], str] = lambda: uuid.uuid4().hex,
     clock: Callable[[], float] = time.monotonic,
     index: KvIndex | None = None,
+    credentials: CredentialStore | None = None,
 ) -> tuple[Starlette, Router]:
     """The ASGI app for ``config``; the router polls workers while the app's lifespan runs.
 
     ``tokenizer`` defaults to the one the model spec selects; the router routes only to
     workers that report the same one (``fingerprint``). ``index``: where the router
     learns what workers cache (default: their KV events, ``KvIndex``). With a
-    ``metricsPort``, /metrics is served by ``app.state.metrics_app`` alone."""
+    ``metricsPort``, /metrics is served by ``app.state.metrics_app`` alone.
+    ``credentials``: the store whose certificate expiry /metrics reports."""
     if registry is None:
         registry = CollectorRegistry()
         ProcessCollector(registry=registry)  # process_resident_memory_bytes & co.
+    if credentials is not None:
+        register_expiry_metric(registry, credentials)
     tokenizer = tokenizer or frontend_tokenizer(config)
     router = Router(
         membership or membership_from_targets(config.workers),

@@ -26,6 +26,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import ParamSpec, Protocol, TypeVar
 
+from opentelemetry import trace
+
 from tandem.errors import TandemError
 from tandem.frontend.errors import (
     InvalidRequestError,
@@ -62,6 +64,8 @@ from tandem.frontend.protocol import (
 from tandem.frontend.stopping import StopStringMatcher
 from tandem.frontend.tenancy import TenantGate
 from tandem.router.messages import GenerationChunk, GenerationRequest, RouteInfo
+from tandem.router.policy import PrefillPath
+from tandem.telemetry.tracing import TRACER
 from tandem.tokenization import ChatMessage, TokenizationError, Tokenizer
 from tandem.tokenization.chat_output import PlainChatOutput
 from tandem.tokenization.protocol import ChatDelta, ChatOutputParser
@@ -138,7 +142,7 @@ class OpenAIServing:
         reject_unsupported_chat(request)
         messages = [ChatMessage(role=m.role, content=m.text()) for m in request.messages]
         try:
-            prompt = await self._off_loop(
+            prompt, tokenize_seconds = await self._tokenize(
                 self._tokenizer.apply_chat_template, messages, add_generation_prompt=True
             )
         except TokenizationError as exc:
@@ -148,7 +152,7 @@ class OpenAIServing:
         prepared = prepare_request(
             request, ctx, prompt, max_tokens, param, "messages", self.config, self._stops
         )
-        stream, first = await self._start(prepared)
+        stream, first = await self._start(prepared, tokenize_seconds)
         if request.stream:
             return self._chat_sse(prepared, stream, first)
         reply, progress = await self._collect(
@@ -176,7 +180,9 @@ class OpenAIServing:
         check_model(request.model, self.config)
         reject_unsupported_common(request)
         reject_unsupported_completion(request)
-        prompt = await self._off_loop(completion_prompt, request.prompt, self._tokenizer)
+        prompt, tokenize_seconds = await self._tokenize(
+            completion_prompt, request.prompt, self._tokenizer
+        )
         prepared = prepare_request(
             request,
             ctx,
@@ -187,7 +193,7 @@ class OpenAIServing:
             self.config,
             self._stops,
         )
-        stream, first = await self._start(prepared)
+        stream, first = await self._start(prepared, tokenize_seconds)
         if request.stream:
             return self._completion_sse(prepared, stream, first)
         reply, progress = await self._collect(prepared, stream, first, self._plain_output())
@@ -211,6 +217,15 @@ class OpenAIServing:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
 
+    async def _tokenize(
+        self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs
+    ) -> tuple[R, float]:
+        """``fn`` off the loop, and how long it took (a TTFT phase)."""
+        started = self._clock()
+        with TRACER.start_as_current_span("frontend.tokenize"):
+            result = await self._off_loop(fn, *args, **kwargs)
+        return result, self._clock() - started
+
     def _plain_output(self) -> PlainChatOutput:
         return PlainChatOutput(self._tokenizer.detokenizer())
 
@@ -226,7 +241,7 @@ class OpenAIServing:
     # ------------------------------------------------------------------ generation
 
     async def _start(
-        self, prepared: PreparedRequest
+        self, prepared: PreparedRequest, tokenize_seconds: float
     ) -> tuple[AsyncIterator[GenerationChunk], GenerationChunk]:
         """Route the request and wait for its first token (errors raise here)."""
         request = GenerationRequest(prepared.ctx.request_id, prepared.prompt, prepared.sampling)
@@ -245,9 +260,34 @@ class OpenAIServing:
         now = self._clock()
         path = first.route.path.value if first.route is not None else "local"
         self._metrics.ttft_seconds.labels(path).observe(now - prepared.ctx.arrival)
+        self._observe_phases(first.route, tokenize_seconds)
         self._metrics.prompt_tokens.inc(len(prepared.prompt))
         self._metrics.prompt_length.observe(len(prepared.prompt))
         return stream, first
+
+    def _observe_phases(self, route: RouteInfo | None, tokenize_seconds: float) -> None:
+        """The TTFT breakdown, as histograms and on the request's span."""
+        phases = {"tokenize": tokenize_seconds}
+        path = "local"
+        if route is not None:
+            path = route.path.value
+            phases |= {
+                "queue": route.queue_seconds,
+                "route": route.route_seconds,
+                "first_token": route.first_token_seconds,
+            }
+            if route.path is PrefillPath.REMOTE:
+                phases |= {"prefill": route.prefill_seconds, "kv_transfer": route.kv_seconds}
+            trace.get_current_span().set_attributes(
+                {
+                    "tandem.route.path": path,
+                    "tandem.route.reason": route.reason.value,
+                    "tandem.route.decode_worker": route.decode_worker,
+                    "tandem.route.prefill_worker": route.prefill_worker or "",
+                }
+            )
+        for phase, seconds in phases.items():
+            self._metrics.ttft_phase_seconds.labels(phase, path).observe(seconds)
 
     async def _deltas(
         self,
@@ -262,7 +302,8 @@ class OpenAIServing:
         matcher = StopStringMatcher(prepared.stops)
         progress.route = first.route
         chunk = first
-        last = self._clock()
+        last = started = self._clock()
+        later_tokens = 0  # tokens after the first chunk: the request's mean ITL's divisor
         try:
             while True:
                 count = len(chunk.token_ids)
@@ -291,9 +332,12 @@ class OpenAIServing:
                     gap = (now - last) / len(chunk.token_ids)
                     for _ in chunk.token_ids:
                         self._metrics.itl_seconds.observe(gap)
+                    later_tokens += len(chunk.token_ids)
                 last = now
         finally:
             self._metrics.answer_length.observe(progress.completion_tokens)
+            if later_tokens:
+                self._metrics.request_itl_seconds.observe((last - started) / later_tokens)
             await _aclose(stream)
 
     async def _collect(

@@ -49,7 +49,7 @@ import math
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from tandem.errors import TandemError
@@ -59,6 +59,7 @@ from tandem.frontend.metrics import TenantMetrics
 from tandem.frontend.preparation import ANONYMOUS_TENANT
 from tandem.router.errors import OverloadedError
 from tandem.router.messages import GenerationChunk, GenerationRequest, RouterConfig, WorkerView
+from tandem.telemetry.tracing import TRACER
 
 logger = logging.getLogger(__name__)
 
@@ -459,7 +460,10 @@ class TenantGate:
         try:
             held_seconds = 0.0
             if entry.state is EntryState.HELD:
-                await self._wait(entry, label)
+                with TRACER.start_as_current_span(
+                    "frontend.queue", attributes={"tandem.tenant": label}
+                ):
+                    await self._wait(entry, label)
                 held_seconds = self._clock() - entry.arrival
             self._metrics.requests.labels(label, "admitted").inc()
             self._metrics.held_seconds.labels(label).observe(held_seconds)
@@ -472,6 +476,10 @@ class TenantGate:
                         self._pump()
                     entry.generated += len(chunk.token_ids)
                     self._metrics.tokens.labels(label, "generated").inc(len(chunk.token_ids))
+                    if chunk.route is not None:  # the first chunk: its TTFT breakdown
+                        chunk = replace(
+                            chunk, route=replace(chunk.route, queue_seconds=held_seconds)
+                        )
                     yield chunk
             finally:
                 aclose = getattr(stream, "aclose", None)

@@ -90,7 +90,7 @@ class _NixlPeer:
         return tuple(length for _, length in self.regions)
 
 
-def _binding_errors() -> tuple[type[BaseException], ...]:
+def binding_errors() -> tuple[type[BaseException], ...]:
     """The exception classes NIXL's C++ bindings raise (they share no common base)."""
     from nixl import _api
 
@@ -126,7 +126,7 @@ class NixlTransport(KvTransport):
             enable_prog_thread=progress_thread, enable_listen_thread=False, backends=["UCX"]
         )
         self._agent = cast(_Agent, nixl_agent(self.name, config))
-        self._errors = _binding_errors()
+        self._errors = binding_errors()
         self._thread = AgentThread(
             f"nixl-{worker_id}", self._agent.get_new_notifs, serve_poll_s, self._errors
         )

@@ -11,6 +11,9 @@
   one stream with no token repeated or missing; greedy output is the uninterrupted run's,
   token for token (a sampled one goes on from the same text, with new draws). Past the
   limit the stream ends with an error;
+- no decode worker at all (the pool scaled to zero, or every worker starting) makes a
+  request wait for one, bounded by ``cold_start_wait_seconds`` (``cold_start``), instead
+  of failing;
 - closing the generator (client gone) cancels the worker stream and releases any KV
   still parked on a prefill worker.
 """
@@ -29,9 +32,15 @@ from collections.abc import (
 )
 from dataclasses import dataclass, field, replace
 
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
 from tandem.api.v1alpha1 import RoutingPolicy
 from tandem.engines.base import FinishReason
 from tandem.errors import TandemError
+from tandem.router.cold_start import NoWorkerStartedError, WorkerWait, decide_worker_wait
 from tandem.router.errors import (
     GenerationFailedError,
     NoWorkerAvailableError,
@@ -61,6 +70,7 @@ from tandem.router.ports import (
 )
 from tandem.router.prefill_rate import update_prefill_rate
 from tandem.router.workers import WorkerState, WorkerTable
+from tandem.telemetry.tracing import TRACER
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +98,10 @@ class _Attempts:
     last_failure: WorkerErrorKind | None = None  # of the latest decode attempt
     local_reason: DecisionReason | None = None  # overrides the policy's after a fallback
     cached: dict[str, int] | None = None  # prompt tokens each worker caches (looked up once)
+    # Time to first token so far, by phase (RouteInfo's breakdown).
+    route_seconds: float = 0.0
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
 
 
 # Local prefills for these reasons are work the prefill pool should have taken.
@@ -142,6 +156,13 @@ class Dispatcher:
         # rounds run, so no prompt waits.
         self._next_round = next_round
         self._turn = 0
+        # Requests waiting for a decode worker to start, and their prompt tokens.
+        self._waiting = (0, 0)
+
+    def waiting_demand(self) -> dict[str, tuple[int, int]]:
+        """Requests waiting for a decode worker to start, as (requests, prompt tokens)
+        by pool: decode demand the autoscaler must see while the pool is empty."""
+        return {"decode": self._waiting} if self._waiting[0] else {}
 
     def forget_worker(self, key: str, incarnation: str | None) -> None:
         """``key`` left (``incarnation`` None) or restarted as ``incarnation``."""
@@ -152,9 +173,12 @@ class Dispatcher:
         module doc)."""
         sent: list[int] = []
         attempt, lost, why = request, None, ""
+        # The caller's span (the frontend's request) parents every span of this request,
+        # also those of a migration, which starts while the caller is between chunks.
+        parent = otel_context.get_current()
         for migration in range(self.config.max_migrations + 1):
             try:
-                async for chunk in self._serve(attempt, lost_worker=lost):
+                async for chunk in self._serve(attempt, parent, lost_worker=lost):
                     sent.extend(chunk.token_ids)
                     # The route is the first chunk's: a migrated stream goes on unannounced.
                     yield chunk if lost is None else replace(chunk, route=None)
@@ -184,11 +208,12 @@ class Dispatcher:
                 ) from exc
 
     async def _serve(
-        self, request: GenerationRequest, *, lost_worker: str | None
+        self, request: GenerationRequest, parent: Context, *, lost_worker: str | None
     ) -> AsyncGenerator[GenerationChunk, None]:
         """One attempt at ``request``: route, prefill, decode, with retries before the
         first token; :class:`_LostMidStream` after it. ``lost_worker``: a decode worker
-        this request's stream was just lost on, not to be tried again."""
+        this request's stream was just lost on, not to be tried again. ``parent``: the
+        trace context its spans belong to."""
         attempts = _Attempts()
         if lost_worker is not None:
             attempts.failed_decode.add(lost_worker)
@@ -201,7 +226,7 @@ class Dispatcher:
             for attempt in range(cfg.max_decode_attempts):
                 if attempt:
                     self._metrics.retries.labels("decode").inc()
-                decision = await self._decide(request, route_request, attempts)
+                decision = await self._decide(request, route_request, attempts, parent)
                 handoff = attempts.handoff
                 if handoff is not None and handoff.finish_reason is not None:
                     # The prefill's first token already ended the sequence.
@@ -218,6 +243,9 @@ class Dispatcher:
                 if worker is None:
                     attempts.failed_decode.add(decision.decode)
                     continue
+                # Spans the whole stream, so it is started and ended by hand: a context
+                # attached here would leak into the caller at every yield.
+                span = _decode_span(request, decision, worker, parent)
                 stream = worker.client.decode(
                     request.request_id,
                     request.prompt,
@@ -232,13 +260,22 @@ class Dispatcher:
                 self._metrics.diverted_prefill_tokens.inc(diverted)
                 if diverted:
                     self._metrics.diverted_prompts.inc()
+                called = self._clock()
                 try:
-                    first = await self._first_chunk(
-                        request, worker, stream, route_request, attempts
-                    )
+                    # Current while the call starts, so its metadata carries the span.
+                    with trace.use_span(span, end_on_exit=False):
+                        first = await self._first_chunk(
+                            request, worker, stream, route_request, attempts
+                        )
+                except BaseException:
+                    span.end()  # use_span recorded the error
+                    raise
                 finally:
                     self._metrics.diverted_prefill_tokens.dec(diverted)
+                    attempts.decode_seconds += self._clock() - called
                 if first is None:
+                    span.set_status(Status(StatusCode.ERROR, "failed before its first token"))
+                    span.end()
                     continue
                 attempts.kv_pulled = handoff is not None
                 self._record_route(decision, first, route_request, attempts)
@@ -254,8 +291,12 @@ class Dispatcher:
                         chunk = await self._next_chunk(worker, stream)
                         finished = chunk.finish_reason is not None
                         yield GenerationChunk(chunk.token_ids, _reason(chunk.finish_reason))
+                except _LostMidStream as exc:
+                    span.set_status(Status(StatusCode.ERROR, str(exc)))
+                    raise
                 finally:
                     worker.active_sequences -= 1
+                    span.end()
                     await _close(stream)
                 return
             raise self._exhausted(attempts)
@@ -296,8 +337,37 @@ class Dispatcher:
         return self.index.cached_tokens(request.prompt)
 
     async def _decide(
+        self,
+        request: GenerationRequest,
+        route_request: RouteRequest,
+        attempts: _Attempts,
+        parent: Context,
+    ) -> RouteDecision:
+        started = self._clock()
+        with TRACER.start_as_current_span("router.route", context=parent) as span:
+            decision = await self._choose_waiting(request, route_request, attempts)
+            _describe_decision(span, decision, route_request, attempts)
+        attempts.route_seconds += self._clock() - started
+        if decision.path is PrefillPath.REMOTE and decision.prefill is not None:
+            if attempts.handoff is not None:
+                return decision  # the KV already prefilled for this request
+            handoff = await self._prefill(request, route_request, decision, attempts, parent)
+            if handoff is not None:
+                attempts.remote_reason = decision.reason
+                return RouteDecision(
+                    decision.decode, attempts.prefill_worker, PrefillPath.REMOTE, decision.reason
+                )
+            attempts.local_reason = DecisionReason.PREFILL_FAILED
+        return RouteDecision(
+            decision.decode, None, PrefillPath.LOCAL, attempts.local_reason or decision.reason
+        )
+
+    async def _choose_waiting(
         self, request: GenerationRequest, route_request: RouteRequest, attempts: _Attempts
     ) -> RouteDecision:
+        """The policy's decision, waiting for workers while the worker set settles or a
+        prefill worker starts; REMOTE with this request's prefill worker once it holds
+        a handoff."""
         policy = self.config.policy
         cached = attempts.cached
         if cached is None:
@@ -311,6 +381,8 @@ class Dispatcher:
             if left <= 0 or not await self._await_round(left):
                 break
             decision = self._choose(route_request, cached, attempts)
+        if decision is None and not attempts.failed_decode:
+            decision = await self._wait_for_decode_worker(route_request, cached, attempts)
         if decision is not None and decision.path is PrefillPath.WAIT:
             decision = await self._wait_for_prefill(route_request, cached, attempts)
         if decision is None:
@@ -326,17 +398,43 @@ class Dispatcher:
                 PrefillPath.REMOTE,
                 attempts.remote_reason or decision.reason,
             )
-        if decision.path is PrefillPath.REMOTE and decision.prefill is not None:
-            handoff = await self._prefill(request, route_request, decision, attempts)
-            if handoff is not None:
-                attempts.remote_reason = decision.reason
-                return RouteDecision(
-                    decision.decode, attempts.prefill_worker, PrefillPath.REMOTE, decision.reason
+        return decision
+
+    async def _wait_for_decode_worker(
+        self, route_request: RouteRequest, cached: Mapping[str, int], attempts: _Attempts
+    ) -> RouteDecision | None:
+        """Hold a request that found no decode worker while one starts (scale from zero),
+        looking again after each health round, up to ``cold_start_wait_seconds``: its
+        route once a worker is ready, :class:`NoWorkerStartedError` past the bound. None
+        at once where the cluster never waits (its decode pool keeps a worker)."""
+        limit = self.config.cold_start_wait_seconds
+        if limit <= 0 or self._next_round is None:
+            return None
+        since = self._clock()
+        requests, tokens = self._waiting
+        self._waiting = (requests + 1, tokens + route_request.prompt_tokens)
+        self._metrics.waiting_for_worker.inc()
+        outcome = "cancelled"  # unless the loop ends: the client left while waiting
+        try:
+            while True:
+                decision = self._choose(route_request, cached, attempts)
+                waited = self._clock() - since
+                step = decide_worker_wait(
+                    found=decision is not None, waited_seconds=waited, limit_seconds=limit
                 )
-            attempts.local_reason = DecisionReason.PREFILL_FAILED
-        return RouteDecision(
-            decision.decode, None, PrefillPath.LOCAL, attempts.local_reason or decision.reason
-        )
+                if step is not WorkerWait.WAITING:
+                    outcome = step.value
+                    break
+                await self._next_round(limit - waited)
+        finally:
+            requests, tokens = self._waiting
+            self._waiting = (requests - 1, tokens - route_request.prompt_tokens)
+            self._metrics.waiting_for_worker.dec()
+            self._metrics.cold_start_waits.labels(outcome).observe(self._clock() - since)
+        if step is WorkerWait.TIMED_OUT:
+            self._metrics.rejected.labels("no_worker_started").inc()
+            raise NoWorkerStartedError(limit, retry_after_seconds=self.config.retry_after_seconds)
+        return decision
 
     async def _wait_for_prefill(
         self, route_request: RouteRequest, cached: Mapping[str, int], attempts: _Attempts
@@ -394,6 +492,7 @@ class Dispatcher:
         route_request: RouteRequest,
         decision: RouteDecision,
         attempts: _Attempts,
+        parent: Context,
     ) -> PrefillReply | None:
         """Remote prefill with retries on other prefill workers; None -> prefill locally.
 
@@ -425,13 +524,25 @@ class Dispatcher:
             worker.pending_tokens += route_request.prompt_tokens
             started = self._clock()
             done = False
+            span = TRACER.start_span(
+                "router.prefill",
+                context=parent,
+                kind=SpanKind.CLIENT,
+                attributes={
+                    "tandem.request_id": request.request_id,
+                    "tandem.prefill_worker": worker.key,
+                    "tandem.prompt_tokens": route_request.prompt_tokens,
+                    "tandem.attempt": attempt,
+                },
+            )
             try:
-                handoff = await worker.client.prefill(
-                    request.request_id,
-                    request.prompt,
-                    request.sampling,
-                    timeout_s=cfg.prefill_timeout_seconds,
-                )
+                with trace.use_span(span, end_on_exit=True):
+                    handoff = await worker.client.prefill(
+                        request.request_id,
+                        request.prompt,
+                        request.sampling,
+                        timeout_s=cfg.prefill_timeout_seconds,
+                    )
                 done = True
             except WorkerCallError as exc:
                 done = True
@@ -450,6 +561,7 @@ class Dispatcher:
                 attempts.failed_prefill.add(worker.key)
                 continue
             finally:
+                attempts.prefill_seconds += self._clock() - started
                 worker.pending_requests -= 1
                 worker.pending_tokens -= route_request.prompt_tokens
                 if not done:  # cancelled mid-call: the worker may still finish it
@@ -533,13 +645,17 @@ class Dispatcher:
     def _route_info(
         self, decision: RouteDecision, attempts: _Attempts, first: DecodeChunk | None
     ) -> RouteInfo:
+        kv_seconds = first.kv_transfer_seconds if first is not None else 0.0
         return RouteInfo(
             path=decision.path,
             reason=decision.reason,
             decode_worker=decision.decode,
             prefill_worker=attempts.prefill_worker if decision.path is PrefillPath.REMOTE else None,
             kv_bytes=first.kv_bytes_transferred if first is not None else 0,
-            kv_seconds=first.kv_transfer_seconds if first is not None else 0.0,
+            kv_seconds=kv_seconds,
+            route_seconds=attempts.route_seconds,
+            prefill_seconds=attempts.prefill_seconds,
+            first_token_seconds=max(0.0, attempts.decode_seconds - kv_seconds),
         )
 
     def _record_route(
@@ -570,6 +686,38 @@ class Dispatcher:
         except WorkerCallError as exc:
             # The prefill side's lease frees the blocks anyway; this was only an early exit.
             logger.info("release of %s on %s failed: %s", request_id, worker.key, exc.message)
+
+
+def _describe_decision(
+    span: Span, decision: RouteDecision, route_request: RouteRequest, attempts: _Attempts
+) -> None:
+    """The router's decision and why, on its span."""
+    span.set_attributes(
+        {
+            "tandem.route.path": decision.path.value,
+            "tandem.route.reason": decision.reason.value,
+            "tandem.route.decode_worker": decision.decode,
+            "tandem.route.prefill_worker": decision.prefill or "",
+            "tandem.route.prompt_tokens": route_request.prompt_tokens,
+            "tandem.route.cached_tokens": (attempts.cached or {}).get(decision.decode, 0),
+            "tandem.route.excluded_decode_workers": len(attempts.failed_decode),
+        }
+    )
+
+
+def _decode_span(
+    request: GenerationRequest, decision: RouteDecision, worker: WorkerState, parent: Context
+) -> Span:
+    return TRACER.start_span(
+        "router.decode",
+        context=parent,
+        kind=SpanKind.CLIENT,
+        attributes={
+            "tandem.request_id": request.request_id,
+            "tandem.decode_worker": worker.key,
+            "tandem.route.path": decision.path.value,
+        },
+    )
 
 
 def _reason(finish: FinishReason | None) -> str | None:

@@ -33,6 +33,9 @@ class RouterConfig:
     # be a moment with no usable decode worker: a request waits this long, with health
     # rounds run at once, for one to appear instead of failing.
     worker_wait_seconds: float = 15.0
+    # With the decode pool allowed to scale to zero: how long a request waits for a
+    # decode worker to start when there is none (cold start); 0: never (it gets 503).
+    cold_start_wait_seconds: float = 0.0
     # The frontend's tokenizer (tandem.tokenization.selection.fingerprint); a worker
     # reporting another one gets no work. "" accepts any worker (no tokenizer to agree on).
     tokenizer_fingerprint: str = ""
@@ -55,6 +58,14 @@ class RouteInfo:
     prefill_worker: str | None
     kv_bytes: int = 0
     kv_seconds: float = 0.0
+    # The time to first token, phase by phase (the frontend's TTFT breakdown): held in
+    # the tenant queue, choosing workers (waits for one included), remote prefill, and
+    # from the decode call to its first chunk less the KV transfer. Retried attempts
+    # add to the phase they failed in.
+    queue_seconds: float = 0.0
+    route_seconds: float = 0.0
+    prefill_seconds: float = 0.0
+    first_token_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

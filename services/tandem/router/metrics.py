@@ -18,6 +18,8 @@ from tandem.router.workers import PoolLoad
 
 # Prefill on CPU takes seconds to minutes; on GPUs tens of milliseconds to seconds.
 PREFILL_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+# A worker starts in seconds on a CPU node and in minutes on a GPU one (weights to load).
+COLD_START_BUCKETS = (0.5, 1, 2.5, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1800)
 KV_TRANSFER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
 
 
@@ -87,7 +89,8 @@ class RouterMetrics:
         )
         self.rejected = Counter(
             "tandem_router_rejected_requests_total",
-            "Requests refused before routing (queue_full -> 429, no_worker -> 503).",
+            "Requests refused before routing (queue_full -> 429, no_worker and "
+            "no_worker_started -> 503).",
             ["reason"],
             registry=registry,
         )
@@ -119,6 +122,22 @@ class RouterMetrics:
             "tandem_router_diverted_prompts_total",
             "Long prompts sent to a decode worker's prefill because the prefill pool was "
             "empty, unhealthy or saturated: the autoscaler decides at once when this grows.",
+            registry=registry,
+        )
+        self.waiting_for_worker = Gauge(
+            "tandem_router_requests_waiting_for_worker",
+            "Requests waiting for a decode worker to start (none is ready: the pool is "
+            "scaled to zero or its workers are starting); counted in the decode pool's "
+            "queue depth too.",
+            registry=registry,
+        )
+        self.cold_start_waits = Histogram(
+            "tandem_router_cold_start_wait_seconds",
+            "How long requests that found no decode worker waited for one to start, by "
+            "outcome: served (one became ready in time), timed_out (503 after "
+            "frontend.coldStartTimeoutSeconds) or cancelled (the client left).",
+            ["outcome"],
+            buckets=COLD_START_BUCKETS,
             registry=registry,
         )
         self.prefill_start_waits = Histogram(

@@ -89,7 +89,8 @@ class Router:
         self._idle.set()
         self._background: set[asyncio.Task[None]] = set()
         self._started = False
-        # Requests waiting in front of the router (``count_queued``).
+        # Requests waiting for a worker outside the workers' queues (``count_queued``):
+        # in front of the router, or in it for a decode worker to start.
         self._waiting_outside: list[Callable[[], Mapping[str, tuple[int, int]]]] = []
         # Health rounds: every interval, and at once when membership changes or a
         # request finds no usable worker (``next_round``).
@@ -98,6 +99,7 @@ class Router:
         self._round_done = asyncio.Condition()
         membership.on_change(self._wake.set)
         metrics.watch(self.pool_loads, lambda: self._active)
+        self.count_queued(self._dispatcher.waiting_demand)
 
     @property
     def config(self) -> RouterConfig:
@@ -208,8 +210,14 @@ class Router:
     # ------------------------------------------------------------------ views
 
     def ready(self) -> bool:
+        """Whether to take requests: a decode worker can serve them, or (a pool that
+        scales to zero) they may wait for one to start. A frontend that went unready at
+        zero would leave the Service without endpoints: the first request would find
+        no frontend instead of waiting for a worker."""
         if self._draining:
             return False
+        if self.config.cold_start_wait_seconds > 0:
+            return True
         return any(s.serves_decode and s.available for s in self._table.snapshots())
 
     @property

@@ -1,5 +1,5 @@
-"""``python -m tandem.runtime -f FILE [--port N]``: a foreground supervisor (what
-``tandem up --detach`` starts in the background)."""
+"""``python -m tandem.runtime -f FILE [--port N] [--otlp-endpoint URL]``: a foreground
+supervisor (what ``tandem up --detach`` starts in the background)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from tandem.api.validate import ManifestError, load_inference_cluster
 from tandem.runtime.launcher import LaunchError, run_foreground
 from tandem.runtime.plan import WORKER_MODULE
+from tandem.runtime.tracing_flags import add_tracing_flags, apply_tracing_flags
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -18,9 +19,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-f", "--filename", required=True, type=Path)
     parser.add_argument("--port", type=int, default=None)
     parser.add_argument("--worker-module", default=WORKER_MODULE, help="worker program")
+    add_tracing_flags(parser)
     args = parser.parse_args(argv)
     try:
-        cluster = load_inference_cluster(args.filename)
+        cluster = apply_tracing_flags(load_inference_cluster(args.filename), args)
         port = cluster.spec.frontend.port if args.port is None else args.port
         return run_foreground(
             cluster,
@@ -28,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress=lambda line: print(line, flush=True),
             worker_module=args.worker_module,
         )
-    except (ManifestError, LaunchError) as exc:
+    except (ManifestError, LaunchError, ValueError) as exc:
         print(f"error: {exc}", flush=True)
         return 2
 

@@ -151,6 +151,11 @@ class LocalAutoscaler:
     def __call__(self, supervisor: object) -> None:
         self.tick()
 
+    def reconfigure(self, cluster: InferenceCluster) -> None:
+        """Decide with ``cluster``'s bounds and targets from the next round (a re-planned
+        shape); what each pool has learnt (its policy state) carries over."""
+        self._configs = {role: compute_scaling_config(cluster.spec, role) for role in PoolRole}
+
     def close(self) -> None:
         self._drainer.close()
 

@@ -9,18 +9,19 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from urllib.parse import urlsplit
 
-from tandem.api.v1alpha1 import InferenceCluster, KvBackend
+from tandem.api.v1alpha1 import InferenceCluster, KvBackend, PlanStatus
 from tandem.devcluster.ports import allocate_ports
 from tandem.devcluster.processes import ProcessRecord, is_running, stop
 from tandem.errors import already_running
 from tandem.portcheck import PortError, PortInUseError, check_port_free
 from tandem.runtime.autoscaler import LocalAutoscaler, autoscales_locally
 from tandem.runtime.plan import LOCAL_HOST, WORKER_MODULE, count_workers, plan_local
+from tandem.runtime.replanner import LocalReplanner, plan_at_start, plans
 from tandem.runtime.state import (
     ClusterState,
     Phase,
@@ -129,6 +130,10 @@ def run_foreground(
     """Start the cluster, serve until Ctrl-C/SIGTERM, then stop everything. Exit code."""
     name = cluster.metadata.name
     directory = _claim_state_dir(name, home)
+    written = cluster
+    planned: PlanStatus | None = None
+    if plans(cluster):  # before anything starts: the processes are the plan's
+        planned, cluster = plan_at_start(written, progress=progress)
     plan = plan_local(
         cluster,
         state_dir=directory,
@@ -144,6 +149,26 @@ def run_foreground(
     )  # fmt: skip
     code = 0
     autoscaler: LocalAutoscaler | None = None
+    replanner: LocalReplanner | None = None
+
+    def start_hooks() -> None:
+        start_autoscaler()
+        start_replanner()
+
+    def start_replanner() -> None:
+        # Before running too, for the same reason: planning.json is this run's.
+        nonlocal replanner
+        if planned is not None:
+            replanner = LocalReplanner(
+                written,
+                planned,
+                supervisor,
+                frontend_url=plan.endpoint.removesuffix("/v1"),
+                state_dir=directory,
+                on_reshape=autoscaler.reconfigure if autoscaler is not None else lambda c: None,
+                progress=progress,
+                credentials=CredentialStore(identity_dir(plan.credentials_dir, Identity.FRONTEND)),
+            )
 
     def start_autoscaler() -> None:
         # Before the state says running (its credentials exist by then): its fresh record
@@ -163,7 +188,7 @@ def run_foreground(
 
     with _stop_on_signals():
         try:
-            supervisor.start(before_running=start_autoscaler)
+            supervisor.start(before_running=start_hooks)
             progress(f"endpoint: {plan.endpoint}  (Ctrl-C or `tandem down --name {name}`)")
             progress(KEYLESS_NOTE)
             if autoscaler is not None:
@@ -172,6 +197,8 @@ def run_foreground(
                 progress(f"autoscaling every {interval}s (see `tandem status --name {name}`)")
             elif cluster.spec.autoscaling.enabled:
                 progress("autoscaling mode external: no HPA/KEDA here, pools keep their size")
+            if replanner is not None:
+                supervisor.tick_hooks.append(replanner)
             supervisor.supervise(lambda: False)
         except (KeyboardInterrupt, _Stop):
             progress("stopping")
@@ -184,6 +211,8 @@ def run_foreground(
                 supervisor.stop()
                 if autoscaler is not None:
                     autoscaler.close()
+                if replanner is not None:
+                    replanner.close()
                 if code == 0:
                     state_path(directory).unlink(missing_ok=True)
     progress("stopped")
@@ -199,8 +228,10 @@ def detach(
     home: Path | None = None,
     timeout_s: float = 900.0,
     worker_module: str = WORKER_MODULE,
+    extra_argv: Sequence[str] = (),
 ) -> int:
-    """Start a supervisor in the background; relay its progress until ready or failed."""
+    """Start a supervisor in the background; relay its progress until ready or failed.
+    ``extra_argv``: more of ``python -m tandem.runtime``'s flags (tracing)."""
     name = cluster.metadata.name
     directory = _claim_state_dir(name, home)
     if port:  # refuse a taken port here, in one line, rather than in the background's log
@@ -223,6 +254,7 @@ def detach(
                 str(port),
                 "--worker-module",
                 worker_module,
+                *extra_argv,
             ],
             stdin=subprocess.DEVNULL,
             stdout=log,

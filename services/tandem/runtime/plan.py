@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from tandem.api.v1alpha1 import EngineKind, InferenceCluster, PoolRole, PoolSpec
+from tandem.engines.reference.spec_options import render_offload_options
 from tandem.engines.simulated.config import render_simulated_options
 from tandem.frontend.config import ApiKeySettings, render_frontend_config
 from tandem.router.membership import Member, render_members
 from tandem.router.policy import WorkerRole
 from tandem.security.credentials import identity_dir
 from tandem.security.identity import Identity
+from tandem.telemetry.tracing import tracing_env
 from tandem.tokenization.selection import choose_tokenizer
 
 LOCAL_HOST = "127.0.0.1"
@@ -159,6 +161,7 @@ def plan_local(
         ),
         port=frontend_port,
         log=state_dir / "logs" / "frontend.log",
+        env=_tracing_env(cluster),
     )  # fmt: skip
     documents = {
         frontend_config: _dump(frontend_doc),
@@ -201,12 +204,15 @@ def plan_worker(
             accelerator=spec.accelerator.profile,
             tensor_parallel_size=pool.tensor_parallel_size,
         )
+    if spec.engine.kind is EngineKind.REFERENCE:
+        options = {**options, **render_offload_options(pool.kv_cache.offload)}
     ucx = spec.kv_transfer.ucx_transports
     # Every local process talks over loopback only: without this UCX also opens
     # connections on the host's other interfaces.
     env: tuple[tuple[str, str], ...] = (("UCX_NET_DEVICES", "lo"),)
     if ucx:
         env += (("UCX_TLS", ",".join(ucx)),)
+    env += _tracing_env(cluster)
     return ProcessSpec(
         name=name,
         component=role.value,
@@ -228,6 +234,11 @@ def plan_worker(
         log=state_dir / "logs" / f"{name}.log",
         env=env,
     )  # fmt: skip
+
+
+def _tracing_env(cluster: InferenceCluster) -> tuple[tuple[str, str], ...]:
+    tracing = cluster.spec.observability.tracing
+    return tuple(tracing_env(tracing.otlp_endpoint, tracing.sampling_ratio).items())
 
 
 def _tokenizer_flags(cluster: InferenceCluster) -> tuple[str, ...]:

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from tandem.devcluster.processes import is_running
+from tandem.runtime.planning_record import PlanningRecord
+from tandem.runtime.planning_record import read_record as read_planning_record
 from tandem.runtime.scaling_record import AutoscalingRecord, read_record
 from tandem.runtime.state import ClusterState, read_state
 
@@ -37,10 +39,13 @@ def compute_status(
     alive: dict[str, bool],
     seen: list[dict[str, Any]] | None,
     autoscaling: AutoscalingRecord | None = None,
+    planning: PlanningRecord | None = None,
 ) -> dict[str, Any]:
     """Pure: the status document from the state, which pids live, the frontend's
-    view of worker health (None when the frontend did not answer) and the local
-    autoscaler's record (None when the cluster does not autoscale)."""
+    view of worker health (None when the frontend did not answer), the local
+    autoscaler's record (None when the cluster does not autoscale) and the re-planner's
+    (None when it does not plan: ``planning`` is then the operator's ``status.plan`` and
+    ``status.workload``, with the shape that runs and the rollouts)."""
     healthy = {w.get("address"): bool(w.get("healthy")) for w in seen or []}
     pools: dict[str, Any] = {}
     for pool in POOLS:
@@ -100,6 +105,9 @@ def compute_status(
             if autoscaling
             else None
         ),
+        "planning": planning.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if planning
+        else None,
     }
 
 
@@ -112,7 +120,9 @@ def collect_status(directory: Path) -> dict[str, Any] | None:
         if process is not None:
             alive[process.name] = is_running(process.record)
     seen = probe_workers(state.endpoint) if alive.get("frontend") else None
-    return compute_status(state, alive, seen, read_record(directory))
+    return compute_status(
+        state, alive, seen, read_record(directory), read_planning_record(directory)
+    )
 
 
 def render_status(status: dict[str, Any]) -> str:
@@ -150,6 +160,50 @@ def render_status(status: dict[str, Any]) -> str:
             f"autoscale every {autoscaling['interval_seconds']:g}s, {autoscaling['rounds']} rounds"
             + (f"; {autoscaling['error']}" if autoscaling["error"] else "")
         )
+    if status.get("planning"):
+        lines.extend(render_planning(status["planning"]))
     if status.get("message"):
         lines.append(f"message   {status['message']}")
     return "\n".join(lines)
+
+
+def render_planning(planning: dict[str, Any]) -> list[str]:
+    """Pure: the plan, what it predicts, planned against observed workload, rollouts."""
+    lines = [f"shape     {planning['shape']}"]
+    plan = planning.get("plan")
+    if plan:
+        lines.append(f"plan      {plan['mode']}, {plan['outcome']}: {plan['message']}")
+        predicted = plan.get("predicted")
+        if predicted:
+            lines.append(
+                f"  predicted TTFT p90 {predicted['ttftP90Seconds']:g} s, "
+                f"ITL p90 {predicted['itlP90Seconds'] * 1e3:.1f} ms"
+                + (
+                    f", {plan['tokensPerSecondPerGpu']:g} tokens/s/GPU"
+                    if plan.get("tokensPerSecondPerGpu") is not None
+                    else ""
+                )
+            )
+        if plan.get("clockSources"):
+            lines.append(f"  clock: {', '.join(plan['clockSources'])}")
+    workload = planning.get("workload")
+    if workload:
+        planned = workload["planned"]
+        lines.append(
+            f"workload  planned ISL {planned['isl']} OSL {planned['osl']} "
+            f"({planned['source']}); {workload['replans']} re-plan(s), "
+            f"{planning['rollouts']} rollout(s)"
+        )
+        observed = workload.get("observed")
+        if observed:
+            lines.append(
+                f"  observed ISL p50 {observed['islP50']} OSL p50 {observed['oslP50']}, "
+                f"{observed['requestsPerSecond']:g} req/s over {observed['windowSeconds']:g} s"
+            )
+        if workload.get("outside"):
+            lines.append(f"  outside the plan: {workload['outside']}")
+    if planning.get("rolling"):
+        lines.append(f"  rolling: {planning['rolling']}")
+    if planning.get("error"):
+        lines.append(f"  error: {planning['error']}")
+    return lines

@@ -15,12 +15,15 @@ its way, and as ready once they are) or retires the highest-numbered ones
 two, so the caller can drain chosen workers in between without blocking supervision:
 a retiring worker is out of the membership and never restarted, but still recorded in
 the state file (``tandem down`` stops it) and stopped with everything else.
-Functions registered in ``tick_hooks`` run on every supervision round.
+:meth:`Supervisor.add_workers` starts workers whatever the pool's bounds, and
+:meth:`Supervisor.reshape` makes a re-planned spec the one later workers run (the
+re-planner's seam). Functions registered in ``tick_hooks`` run on every supervision round.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -198,34 +201,59 @@ class Supervisor:
             key=lambda c: _index(c.spec),
         )
         if replicas > len(current):
-            ports = allocate_ports(replicas - len(current))
-            added = []
-            for port in ports:
-                index = self._next_index[role]
-                self._next_index[role] += 1
-                spec = plan_worker(
-                    self._cluster,
-                    role,
-                    index,
-                    port,
-                    state_dir=self.plan.state_dir,
-                    python=self._python,
-                    worker_module=self.plan.worker_module,
-                    kv_backend=self.plan.kv_backend,
-                )
-                added.append(self._launch(spec))
-            # Workers that never start stay listed as starting, as a crash-looping pod's
-            # endpoint stays not ready: a prompt waits for them at most its limit.
-            self._write_members(starting={c.spec.name for c in added})
-            self._await_started(added, time.monotonic() + self._startup_timeout_s)
-            self._write_members()
-        elif replicas < len(current):
+            self.add_workers(role, replicas - len(current))
+            return
+        if replicas < len(current):
             retired = current[replicas:]
             for child in retired:
                 del self._children[child.spec.name]
             self._write_members()  # the router stops routing there within a health round
             self._stop_children(retired)
         self._save()
+
+    def add_workers(self, role: PoolRole, count: int) -> list[ProcessSpec]:
+        """Start ``count`` more workers of ``role`` (the current spec's), blocking until
+        they are up; they join the membership file as starting at once, as ready then."""
+        added = []
+        for port in allocate_ports(count):
+            index = self._next_index[role]
+            self._next_index[role] += 1
+            spec = plan_worker(
+                self._cluster,
+                role,
+                index,
+                port,
+                state_dir=self.plan.state_dir,
+                python=self._python,
+                worker_module=self.plan.worker_module,
+                kv_backend=self.plan.kv_backend,
+            )
+            added.append(self._launch(spec))
+        # Workers that never start stay listed as starting, as a crash-looping pod's
+        # endpoint stays not ready: a prompt waits for them at most its limit.
+        self._write_members(starting={c.spec.name for c in added})
+        self._await_started(added, time.monotonic() + self._startup_timeout_s)
+        self._write_members()
+        self._save()
+        return [c.spec for c in added]
+
+    def reshape(self, cluster: InferenceCluster) -> None:
+        """Run ``cluster``'s spec from now on: workers started later get its command
+        line, and :meth:`scale` keeps to its pools' bounds. Running workers are left
+        alone (the re-planner rolls them)."""
+        self._cluster = cluster
+        bounds = {PoolRole.PREFILL: cluster.spec.prefill, PoolRole.DECODE: cluster.spec.decode}
+        self.plan = dataclasses.replace(
+            self.plan,
+            pools={
+                role: dataclasses.replace(
+                    pool,
+                    min_replicas=bounds[role].min_replicas,
+                    max_replicas=bounds[role].max_replicas,
+                )
+                for role, pool in self.plan.pools.items()
+            },
+        )
 
     # ------------------------------------------------------------------ internals
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
+from prometheus_client import CollectorRegistry, Gauge
 
 from tandem.security.identity import Identity
 from tandem.security.pki import CredentialBundle, Issued
@@ -236,3 +237,17 @@ class CredentialStore:
                 material.fingerprint,
             )
             self._material = material
+
+
+# Alerted on by the chart's rules (charts/tandem/monitoring/rules.yaml).
+CERTIFICATE_EXPIRY = "tandem_credentials_certificate_expiry_timestamp_seconds"
+
+
+def register_expiry_metric(registry: CollectorRegistry, store: CredentialStore) -> None:
+    """Export when the certificate this process presents expires, as it is now: a
+    certificate the operator renewed shows up once the kubelet has updated the mount."""
+    Gauge(
+        CERTIFICATE_EXPIRY,
+        "Expiry (notAfter, Unix seconds) of the certificate this member presents (tls.crt).",
+        registry=registry,
+    ).set_function(lambda: store.current().not_after.timestamp())

@@ -61,10 +61,12 @@ Z90 = 1.2815515655446004  # the standard normal's 90th percentile
 @dataclass(frozen=True, slots=True)
 class Lengths:
     """Prompt or answer lengths: the median and, optionally, the 90th percentile; with
-    both, the log-normal through them (cut at TAIL_CUT x p90)."""
+    both, the log-normal through them (cut at TAIL_CUT x p90, and at ``limit``: the most
+    the model accepts, since the frontend refuses longer prompts and caps answers)."""
 
     p50: int
     p90: int | None = None
+    limit: int | None = None
 
     @property
     def sigma(self) -> float:
@@ -80,7 +82,8 @@ class Lengths:
         if self.sigma == 0.0:
             return self.p50
         length = round(rng.lognormvariate(math.log(self.p50), self.sigma))
-        return max(1, min(length, round(TAIL_CUT * (self.p90 or self.p50))))
+        cut = round(TAIL_CUT * (self.p90 or self.p50))
+        return max(1, min(length, cut if self.limit is None else min(cut, self.limit)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,14 +97,17 @@ class Workload:
     # 90th percentiles of the lengths (None: every request has the median length).
     isl_p90: int | None = None
     osl_p90: int | None = None
+    # The longest prompt and answer the model serves (None: no limit).
+    max_isl: int | None = None
+    max_osl: int | None = None
 
     @property
     def isl_lengths(self) -> Lengths:
-        return Lengths(self.isl, self.isl_p90)
+        return Lengths(self.isl, self.isl_p90, self.max_isl)
 
     @property
     def osl_lengths(self) -> Lengths:
-        return Lengths(self.osl, self.osl_p90)
+        return Lengths(self.osl, self.osl_p90, self.max_osl)
 
     def describe_slo(self) -> str:
         if self.max_stall_s is None:

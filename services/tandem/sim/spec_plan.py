@@ -62,6 +62,8 @@ def compute_workload(spec: InferenceClusterSpec) -> Workload:
         slo.longest_gap_p90_seconds,
         isl_p90=load.isl_p90,
         osl_p90=load.osl_p90,
+        max_isl=spec.model.max_input_tokens,
+        max_osl=spec.model.max_output_tokens,
     )
 
 

@@ -19,6 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tandem.frontend.metrics import ANSWER_LENGTH, PROMPT_LENGTH
 
+# The query that asks a frontend's ``/metrics`` for the length histograms alone.
+LENGTH_SERIES = tuple(("name[]", f"{family}_bucket") for family in (PROMPT_LENGTH, ANSWER_LENGTH))
+
 
 @dataclass(frozen=True, slots=True)
 class Histogram:

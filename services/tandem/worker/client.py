@@ -28,6 +28,7 @@ from tandem.proto import worker_pb2 as pb
 from tandem.proto import worker_pb2_grpc
 from tandem.security.credentials import CredentialStore
 from tandem.security.grpc_tls import open_channel
+from tandem.telemetry.propagation import inject_metadata
 from tandem.worker import convert
 from tandem.worker.errors import WorkerCallError
 from tandem.worker.types import (
@@ -141,8 +142,11 @@ class WorkerClient:
     async def _unary(
         self, method: Callable[..., Awaitable[ResponseT]], request: object, timeout_s: float | None
     ) -> ResponseT:
+        # The caller's trace context rides along, so the worker's spans join its trace.
         with self._call_errors():
-            return await method(request, timeout=timeout_s or self.timeout_s)
+            return await method(
+                request, timeout=timeout_s or self.timeout_s, metadata=inject_metadata()
+            )
 
     @contextlib.contextmanager
     def _call_errors(self) -> Iterator[None]:
@@ -212,7 +216,9 @@ class WorkerClient:
                 raise ValueError("decode with remote_kv needs the prefill's first_token")
             request.remote_kv.CopyFrom(convert.remote_kv_to_pb(remote_kv))
             request.first_token_id = first_token
-        call = self.stub.Decode(request, timeout=timeout_s or self.decode_timeout_s)
+        call = self.stub.Decode(
+            request, timeout=timeout_s or self.decode_timeout_s, metadata=inject_metadata()
+        )
         try:
             with self._call_errors():
                 async for chunk in call:

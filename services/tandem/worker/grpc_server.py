@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any, NoReturn, TypeAlias
 
 import grpc
+from opentelemetry import trace
 
 from tandem.proto import worker_pb2 as pb
 from tandem.proto import worker_pb2_grpc
@@ -25,6 +26,7 @@ from tandem.security.identity import grpc_peer
 from tandem.worker import convert
 from tandem.worker.client import SERVER_OPTIONS
 from tandem.worker.errors import WorkerError
+from tandem.worker.rpc_trace import DecodeTrace, prefill_span
 from tandem.worker.service import WorkerService
 
 logger = logging.getLogger(__name__)
@@ -62,14 +64,20 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         )
 
     async def Prefill(self, request: pb.PrefillRequest, context: Context) -> pb.PrefillResponse:
-        try:
-            reply = await self._service.prefill(
-                request.request_id,
-                tuple(request.prompt_token_ids),
-                convert.sampling_from_pb(request.sampling),
-            )
-        except WorkerError as exc:
-            await _abort(context, exc)
+        prompt = tuple(request.prompt_token_ids)
+        span = prefill_span(
+            self._service.config.worker_id,
+            request.request_id,
+            len(prompt),
+            context.invocation_metadata(),
+        )
+        with trace.use_span(span, end_on_exit=True):
+            try:
+                reply = await self._service.prefill(
+                    request.request_id, prompt, convert.sampling_from_pb(request.sampling)
+                )
+            except WorkerError as exc:
+                await _abort(context, exc)
         return convert.prefill_reply_to_pb(reply)
 
     async def Decode(
@@ -79,20 +87,31 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             convert.remote_kv_from_pb(request.remote_kv) if request.HasField("remote_kv") else None
         )
         first = request.first_token_id if request.HasField("first_token_id") else None
-        stream = self._service.decode(
+        prompt = tuple(request.prompt_token_ids)
+        spans = DecodeTrace(
+            self._service.config.worker_id,
             request.request_id,
-            tuple(request.prompt_token_ids),
-            convert.sampling_from_pb(request.sampling),
-            remote,
-            first,
+            len(prompt),
+            remote is not None,
+            context.invocation_metadata(),
         )
+        stream = self._service.decode(
+            request.request_id, prompt, convert.sampling_from_pb(request.sampling), remote, first
+        )
+        error: BaseException | None = None
         try:
             async for chunk in stream:
+                spans.chunk(chunk)
                 yield convert.chunk_to_pb(chunk)
         except WorkerError as exc:
+            error = exc
             logger.info("decode of %s failed: %s", request.request_id, exc.message)
             await _abort(context, exc)
+        except BaseException as exc:  # cancelled (the router left), or a bug
+            error = exc
+            raise
         finally:
+            spans.finish(error)
             await stream.aclose()
 
     async def ClaimKv(self, request: pb.ClaimKvRequest, context: Context) -> pb.ClaimKvResponse:

@@ -36,7 +36,9 @@ from tandem.engines.registry import make_engine
 from tandem.kv import KvTransport, backend_names, make_transport, nixl_available
 from tandem.models.source import ModelSourceError
 from tandem.security import CredentialsError, CredentialStore, check_plaintext_bind, is_loopback
+from tandem.security.credentials import register_expiry_metric
 from tandem.telemetry import GpuMonitor, register_gpu_metrics
+from tandem.telemetry.tracing import configure_tracing
 from tandem.tokenization import TokenizationError
 from tandem.tokenization.selection import fingerprint, load_tokenizer
 from tandem.worker.admission import AdmissionLimits
@@ -254,6 +256,8 @@ async def run_worker(config: WorkerConfig, http_port: int | None = None) -> int:
     # GPU health (Xid, ECC, a lost GPU) gates readiness; without GPUs it says "no GPU".
     gpus = GpuMonitor.open()
     register_gpu_metrics(service.metrics.registry, gpus)
+    if credentials is not None:
+        register_expiry_metric(service.metrics.registry, credentials)
     service.gpu_health = gpus.health
     side = []  # (server, its sockets)
     if http_port is not None:
@@ -309,6 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Read by UCX when the NIXL agent is created, below.
         os.environ["UCX_TLS"] = ",".join(contract.ucx_transports)
     config = resolve_config(args, contract, os.environ)
+    configure_tracing(f"tandem-{config.role.value}")
     try:
         return asyncio.run(run_worker(config, args.http_port))
     except EngineError as exc:  # e.g. TensorRT-LLM missing or refusing its options

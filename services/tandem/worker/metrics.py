@@ -14,6 +14,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from tandem.engines.base import EngineStats
+from tandem.kv.offload.stats import OffloadStats
+from tandem.kv.offload.tiers import Tier
 from tandem.worker.types import WorkerStats
 
 TRANSFER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -58,10 +60,12 @@ class _EngineCollector(Collector):
         prompt = CounterMetricFamily(
             "tandem_worker_prompt_tokens",
             "Prompt tokens prefilled here, by source (cache: reused from the prefix "
-            "cache; computed: run through the model).",
+            "cache; offload: brought back from the KV offload tiers; computed: run "
+            "through the model).",
             labels=["source"],
         )
         prompt.add_metric(["cache"], stats.prompt_tokens_cached)
+        prompt.add_metric(["offload"], stats.prompt_tokens_onboarded)
         prompt.add_metric(["computed"], stats.prompt_tokens_computed)
         yield prompt
         yield GaugeMetricFamily(
@@ -69,6 +73,63 @@ class _EngineCollector(Collector):
             "Full KV blocks the engine's prefix cache holds (what its KV events report).",
             value=stats.kv_blocks_cached,
         )
+        if stats.offload is not None:
+            yield from _offload_families(stats.offload)
+
+
+# (name, help, kind, read) per series of the KV offload tiers, each labelled by tier. A
+# block is one prefix-cache block: the same tokens in every layer.
+_OFFLOAD_SERIES: tuple[
+    tuple[str, str, type[CounterMetricFamily | GaugeMetricFamily], Callable[..., int]], ...
+] = (
+    ("blocks", "KV blocks the tier holds.", GaugeMetricFamily, lambda s, t: s.blocks[t]),
+    (
+        "capacity_blocks",
+        "KV blocks the tier can hold (0 once disabled).",
+        GaugeMetricFamily,
+        lambda s, t: s.capacity[t],
+    ),
+    (
+        "tier_disabled",
+        "1 once the tier was given up after an I/O failure (a full disk).",
+        GaugeMetricFamily,
+        lambda s, t: int(t in s.disabled),
+    ),
+    (
+        "stored_blocks",
+        "KV blocks that entered the tier (from the device pool or the tier above).",
+        CounterMetricFamily,
+        lambda s, t: s.offloaded.get(t, 0),
+    ),
+    (
+        "onboarded_blocks",
+        "KV blocks brought back from the tier into the device pool on a prefix hit.",
+        CounterMetricFamily,
+        lambda s, t: s.onboarded.get(t, 0),
+    ),
+    (
+        "damaged_blocks",
+        "KV blocks that came back torn, stale or corrupted, and were recomputed.",
+        CounterMetricFamily,
+        lambda s, t: s.damaged.get(t, 0),
+    ),
+    (
+        "dropped_blocks",
+        "KV blocks dropped from the tier to make room (or with a disabled tier).",
+        CounterMetricFamily,
+        lambda s, t: s.dropped.get(t, 0),
+    ),
+)
+
+
+def _offload_families(
+    stats: OffloadStats,
+) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    for name, doc, kind, read in _OFFLOAD_SERIES:
+        family = kind(f"tandem_worker_kv_offload_{name}", doc, labels=["tier"])
+        for tier in Tier:
+            family.add_metric([tier.value], read(stats, tier))
+        yield family
 
 
 CLAIM_OUTCOMES = ("granted", "gone", "wrong_incarnation")

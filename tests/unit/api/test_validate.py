@@ -8,7 +8,12 @@ import pytest
 import yaml
 
 from tandem.api import v1alpha1 as api
-from tandem.api.validate import ManifestError, load_documents, load_file
+from tandem.api.validate import (
+    ManifestError,
+    load_documents,
+    load_file,
+    parse_inference_cluster,
+)
 from tandem.cli.main import main as cli
 
 REPO = Path(__file__).resolve().parents[3]
@@ -67,6 +72,15 @@ def test_defaults_fill_a_minimal_cluster() -> None:
     assert obj.spec.model.public_name == "m"
 
 
+def test_a_decode_pool_may_scale_to_zero_under_autoscaling() -> None:
+    doc = yaml.safe_load(_with("spec.decode", {"minReplicas": 0, "replicas": 0}))
+    doc["spec"]["autoscaling"] = {"enabled": True, "mode": "external"}
+    (obj,) = load_documents(yaml.safe_dump(doc), "t.yaml")
+    assert isinstance(obj, api.InferenceCluster)
+    assert obj.spec.decode.min_replicas == 0
+    assert obj.spec.frontend.cold_start_timeout_seconds == 300
+
+
 @pytest.mark.parametrize(
     ("path", "value", "field", "fragment"),
     [
@@ -84,7 +98,7 @@ def test_defaults_fill_a_minimal_cluster() -> None:
             "spec.decode",
             {"minReplicas": 0, "replicas": 1},
             "spec.decode.minReplicas",
-            "at least one worker",
+            "needs autoscaling.enabled",
         ),
         (
             "spec.kvTransfer",
@@ -181,6 +195,21 @@ def test_malformed_yaml_reports_a_line() -> None:
 def test_wrong_kind_is_refused() -> None:
     assert _errors("apiVersion: v1\nkind: Pod\n") == [
         ("kind", "must be InferenceCluster or WorkerPool, got 'Pod'")
+    ]
+
+
+def test_a_program_written_cluster_must_be_an_inference_cluster() -> None:
+    assert parse_inference_cluster(MINIMAL, "bench").metadata.name == "c"
+    pool = {
+        "apiVersion": "tandem.dev/v1alpha1",
+        "kind": "WorkerPool",
+        "metadata": {"name": "c-prefill"},
+        "spec": {"clusterName": "c", "role": "prefill", "replicas": 1},
+    }
+    with pytest.raises(ManifestError) as exc:
+        parse_inference_cluster(pool, "bench")
+    assert [(e.path, e.message) for e in exc.value.errors] == [
+        ("kind", "must be InferenceCluster, got WorkerPool")
     ]
 
 

@@ -31,8 +31,15 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return result
 
 
-def render(*sets: str, release: str = "tandem", namespace: str = "tandem-system") -> list[Any]:
+def render(
+    *sets: str,
+    release: str = "tandem",
+    namespace: str = "tandem-system",
+    values: tuple[Path, ...] = (),
+) -> list[Any]:
     argv = ["template", release, str(CHART), "--namespace", namespace, "--kube-version", "1.36.0"]
+    for path in values:
+        argv += ["--values", str(path)]
     for value in sets:
         argv += ["--set", value]
     return [d for d in yaml.safe_load_all(helm(*argv).stdout) if d]
@@ -166,6 +173,12 @@ def test_notes_explain_port_forward_and_curl() -> None:
         ("operator.credentialPropagationSeconds=1", "credentialPropagationSeconds"),
         ("operator.planTimeoutSeconds=1", "planTimeoutSeconds"),
         ("metrics.networkPolicy.from[0].podSelektor.x=y", "podSelektor"),
+        ("dataPlane.trtllmImageByProfile.a100=r/t:1", "additional properties 'a100' not allowed"),
+        ("dataPlane.imagePullSecrets[0].nmae=regcred", "nmae"),
+        ("fabric.computeDomains=maybe", "computeDomains"),
+        ("fabric.rdma.resource=rdma ib", "resource"),
+        ("fabric.rdma.netDevices=mlx5_0 mlx5_1", "netDevices"),
+        ("dataPlane.frontendResources.request.cpu=1", "additional properties 'request'"),
     ],
 )
 def test_schema_rejects_typos_and_bad_values(value: str, complaint: str) -> None:
@@ -313,8 +326,8 @@ LOCAL_IMAGES = (
 )
 
 
-def operator_container(*sets: str) -> dict[str, Any]:
-    deployment = by_kind(render(*sets))["Deployment"]
+def operator_container(*sets: str, values: tuple[Path, ...] = ()) -> dict[str, Any]:
+    deployment = by_kind(render(*sets, values=values))["Deployment"]
     container: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
     return container
 
@@ -352,3 +365,93 @@ def test_schema_refuses_an_unknown_pull_policy(key: str) -> None:
     result = helm("template", "t", str(CHART), "--set", f"{key}=Nevr", check=False)
     assert result.returncode != 0
     assert "pullPolicy" in result.stderr
+
+
+# --------------------------------------------------------------------------- GPU values
+
+GPU_VALUES = CHART / "values-gpu.yaml"
+
+
+def operator_settings(*sets: str, values: tuple[Path, ...] = ()) -> Any:
+    """values -> the chart's operator flags -> the operator's RenderSettings."""
+    from tandem.cli import operator as operator_cli
+    from tandem.cli.main import build_parser
+
+    container = operator_container(*sets, values=values)
+    args = [a.replace("$(POD_NAMESPACE)", "tandem-system") for a in container["args"]]
+    return operator_cli.render_settings(build_parser().parse_args(args))
+
+
+def merged(base: Any, override: Any) -> Any:
+    """Helm's merge of a values file over the chart's defaults."""
+    if not (isinstance(base, dict) and isinstance(override, dict)):
+        return override
+    return {k: merged(base[k], v) if k in base else v for k, v in {**base, **override}.items()}
+
+
+def test_the_gpu_values_file_is_valid_and_renders() -> None:
+    import jsonschema
+
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    jsonschema.validate(merged(defaults, yaml.safe_load(GPU_VALUES.read_text())), schema())
+    for doc in render(values=(GPU_VALUES,)):
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+
+
+def test_gpu_values_reach_every_pod_the_operator_renders(
+    rendered_pod_specs: Callable[[str, Any], list[dict[str, Any]]],
+) -> None:
+    """Pull secrets, images per profile, frontend resources and the fabric, set through
+    values alone, in the GB200 example's pods."""
+    arm = "r.example/tandem-trtllm:1-arm64"
+    per_profile = f"dataPlane.trtllmImageByProfile.gb200={arm}"
+    secret = "dataPlane.imagePullSecrets[0].name=regcred"
+    settings = operator_settings(per_profile, secret, values=(GPU_VALUES,))
+    specs = rendered_pod_specs("gpt-oss-120b-gb200.yaml", settings)
+    assert [s["imagePullSecrets"] for s in specs] == [[{"name": "regcred"}]] * len(specs)
+    images = {c["name"]: c["image"] for s in specs for c in s["containers"]}
+    assert images["worker"] == arm
+    assert images["frontend"] == "ghcr.io/tandem-dev/tandem:0.1.0"
+    (frontend,) = [c for s in specs for c in s["containers"] if c["name"] == "frontend"]
+    assert frontend["resources"] == {
+        "requests": {"cpu": "2", "memory": "2Gi"},
+        "limits": {"memory": "4Gi"},
+    }
+    workers = [c for s in specs for c in s["containers"] if c["name"] == "worker"]
+    assert {c["resources"]["limits"]["rdma/ib"] for c in workers} == {"1", "4"}  # per GPU
+    assert any("resourceClaims" in s for s in specs)  # decode: whole trays, one domain
+
+    # A node set without NVIDIA's DRA driver and with the RDMA shared device plugin.
+    shared = operator_settings(
+        "fabric.computeDomains=false",
+        "fabric.rdma.resource=rdma/rdma_shared_device_a",
+        "fabric.rdma.shared=true",
+        "fabric.rdma.netDevices=mlx5_0:1",
+        values=(GPU_VALUES,),
+    )
+    specs = rendered_pod_specs("gpt-oss-120b-gb200.yaml", shared)
+    assert not any("resourceClaims" in s for s in specs)
+    workers = [c for s in specs for c in s["containers"] if c["name"] == "worker"]
+    for container in workers:
+        assert container["resources"]["limits"]["rdma/rdma_shared_device_a"] == "1"
+        assert "rdma/ib" not in container["resources"]["limits"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert (env["UCX_NET_DEVICES"], env["NCCL_IB_HCA"]) == ("mlx5_0:1", "mlx5_0")
+        assert "NCCL_MNNVL_ENABLE" not in env
+    # Another profile keeps the operator-wide TensorRT-LLM image.
+    b200 = rendered_pod_specs("gpt-oss-120b-b200.yaml", settings)
+    assert {c["image"] for s in b200 for c in s["containers"] if c["name"] == "worker"} == {
+        "ghcr.io/tandem-dev/tandem-trtllm:0.1.0"
+    }
+
+
+@pytest.mark.parametrize("values", [(), (GPU_VALUES,)])
+def test_without_pull_secrets_the_pods_get_none_and_the_fabric_is_the_default(
+    rendered_pod_specs: Callable[[str, Any], list[dict[str, Any]]], values: tuple[Path, ...]
+) -> None:
+    specs = rendered_pod_specs("gpt-oss-120b-gb200.yaml", operator_settings(values=values))
+    assert not any("imagePullSecrets" in s for s in specs)
+    assert any("resourceClaims" in s for s in specs)
+    args = operator_container(values=values)["args"]
+    assert "--compute-domains" in args and "--rdma-resource=rdma/ib" in args
+    assert not any(a.startswith(("--rdma-shared", "--image-pull-secret")) for a in args)

@@ -48,17 +48,24 @@ def panels() -> list[dict[str, Any]]:
     return [p for p in dashboard()["panels"] if p["type"] != "row"]
 
 
-def selectors(node: Any) -> Iterator[str]:
-    """Metric names of every vector selector in a parsed PromQL expression."""
+def vector_selectors(node: Any) -> Iterator[promql_parser.VectorSelector]:
+    """Every vector selector in a parsed PromQL expression."""
     if isinstance(node, promql_parser.VectorSelector):
-        yield node.name
+        yield node
         return
     for attr in ("lhs", "rhs", "expr", "vector_selector", "param"):
         child = getattr(node, attr, None)
         if child is not None and not isinstance(child, int | float | str):
-            yield from selectors(child)
+            yield from vector_selectors(child)
     for child in getattr(node, "args", None) or ():
-        yield from selectors(child)
+        yield from vector_selectors(child)
+
+
+def selectors(node: Any) -> Iterator[str]:
+    """Metric names of every vector selector in a parsed PromQL expression."""
+    for selector in vector_selectors(node):
+        assert selector.name is not None, f"{selector} names no metric"
+        yield selector.name
 
 
 def expressions() -> Iterator[tuple[str, str]]:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from tandem.cli.main import build_parser
 
@@ -29,17 +32,21 @@ def parser_flags() -> set[str]:
     }
 
 
-def documented_flags() -> set[str]:
-    """The first cell of each row of the flag table (its header is ``| flag |``)."""
+def table_rows() -> list[list[str]]:
+    """The cells of each row of the flag table (its header is ``| flag |``)."""
     lines = DOC.read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("| flag | default |"))
-    flags: set[str] = set()
+    rows: list[list[str]] = []
     for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
-        cell = line.split("|")[1]
-        flags |= {flag for flag in re.findall(r"`(--[a-z-]+)", cell)}
-    return flags
+        rows.append(line.split("|")[1:-1])
+    return rows
+
+
+def documented_flags() -> set[str]:
+    """The first cell of each row of the flag table."""
+    return {flag for row in table_rows() for flag in re.findall(r"`(--[a-z-]+)", row[0])}
 
 
 def test_operator_doc_lists_every_flag_of_the_parser() -> None:
@@ -54,3 +61,14 @@ def test_the_fabric_flags_are_there() -> None:
     assert {"--rdma-resource", "--rdma-shared", "--compute-domains", "--no-compute-domains"} <= (
         documented_flags()
     )
+
+
+def test_every_chart_value_the_table_names_is_in_values_yaml() -> None:
+    values: dict[str, Any] = yaml.safe_load((REPO / "charts/tandem/values.yaml").read_text())
+    named = [v for row in table_rows() for v in re.findall(r"`([a-zA-Z.]+)(?:\.\*)?`", row[-1])]
+    assert "fabric.computeDomains" in named and "dataPlane.imagePullSecrets" in named
+    for path in named:
+        node: Any = values
+        for key in path.split("."):
+            assert isinstance(node, dict) and key in node, f"values.yaml has no {path}"
+            node = node[key]

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 
 from tandem.frontend.app import create_frontend_admin_app
+from tandem.frontend.server import build_frontend
 from tandem.router.policy import WorkerRole
+from tandem.security import CredentialBundle, CredentialStore, issue, write_bundle
+from tandem.security.credentials import CERTIFICATE_EXPIRY
 from tandem.tokenization import ByteTokenizer, ChatMessage
-from tandem_dev.doubles.inprocess import fake_token
+from tandem_dev.doubles.inprocess import InProcessCluster, fake_token
 
-from .harness import MODEL, frontend
+from .harness import MODEL, frontend, make_config
 
 TOKENIZER = ByteTokenizer()
 P, D = WorkerRole.PREFILL, WorkerRole.DECODE
@@ -304,6 +310,31 @@ async def test_models_ready_and_metrics() -> None:
     families = {line.split()[2] for line in only.text.splitlines() if line.startswith("# TYPE")}
     assert families == {"tandem_router_diverted_prompts_total"}
     assert "tandem_router_diverted_prompts_total 0.0" in only.text.splitlines()
+
+
+async def test_each_request_reports_its_mean_inter_token_latency() -> None:
+    """The SLO's ITL (spec.slo.itlP90Seconds) is a mean per request: the tokens after
+    the first share the time from the first token to the last."""
+    async with frontend() as fe:
+        for _ in range(2):
+            response = await fe.client.post("/v1/chat/completions", json=chat_body(max_tokens=6))
+            assert response.status_code == 200
+    later_tokens = fe.metric("tandem_frontend_inter_token_latency_seconds_count")
+    assert later_tokens == 2 * 5
+    assert fe.metric("tandem_frontend_request_inter_token_latency_seconds_count") == 2
+    means = fe.metric("tandem_frontend_request_inter_token_latency_seconds_sum")
+    gaps = fe.metric("tandem_frontend_inter_token_latency_seconds_sum")
+    assert means > 0
+    assert means * 5 == pytest.approx(gaps)
+
+
+def test_the_frontend_reports_when_its_certificate_expires(tmp_path: Path) -> None:
+    write_bundle(tmp_path, CredentialBundle.of(issue("demo", datetime.now(UTC))))
+    store = CredentialStore(tmp_path)
+    registry = CollectorRegistry()
+    build_frontend(make_config(), InProcessCluster([]), registry=registry, credentials=store)
+    expiry = store.current().not_after.timestamp()
+    assert registry.get_sample_value(CERTIFICATE_EXPIRY) == expiry
 
 
 async def test_unknown_route_and_method() -> None:

@@ -32,6 +32,7 @@ from tandem.router.service import Router
 from tandem.tokenization import ByteTokenizer
 from tandem.tokenization.selection import fingerprint
 from tandem_dev.doubles.inprocess import InProcessCluster, InProcessWorker, KvLedger
+from tandem_dev.doubles.span_recorder import recording
 
 from .harness import MODEL, make_config
 
@@ -181,3 +182,22 @@ async def test_router_counts_requests_waiting_in_front_of_it() -> None:
         assert fe.metric("tandem_router_queue_depth_requests", pool="prefill") == 2
         assert fe.metric("tandem_router_queue_depth_tokens", pool="prefill") == 900
         assert fe.metric("tandem_router_queue_depth_requests", pool="decode") == 1
+
+
+async def test_time_held_is_the_queue_phase_and_a_span_under_the_request() -> None:
+    with recording() as finished:
+        async with gated(TenancySettings(), depth=1, prefill_delay=0.1) as fe:
+            body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+            responses = await asyncio.gather(
+                *(fe.client.post("/v1/completions", json=body) for _ in range(2))
+            )
+            assert [r.status_code for r in responses] == [200, 200]
+            held = fe.metric("tandem_frontend_tenant_queue_wait_seconds_sum", tenant="anonymous")
+            queue = fe.metric("tandem_frontend_ttft_phase_seconds_sum", phase="queue", path="local")
+            queued = fe.metric(
+                "tandem_frontend_ttft_phase_seconds_count", phase="queue", path="local"
+            )
+    assert held > 0 and queue == held and queued == 2
+    (span,) = [s for s in finished if s.name == "frontend.queue"]
+    roots = {s.context.span_id for s in finished if s.name == "frontend.completions"}
+    assert span.parent is not None and span.parent.span_id in roots

@@ -74,7 +74,9 @@ class StubSource:
         self.scrape_result: FrontendScrape | ScrapeError = ScrapeError("not set")
         self.scraped: list[str] = []
         self.diverted: float | None = None  # tandem_router_diverted_prompts_total
+        self.waiting: float | None = None  # tandem_router_requests_waiting_for_worker
         self.polls = 0
+        self.waiting_polls = 0
 
     async def scrape(
         self, cr: InferenceCluster, frontend_pods: Any, *, at: float
@@ -89,6 +91,10 @@ class StubSource:
     async def diverted_prompts(self, cr: InferenceCluster, frontend_pods: Any) -> float | None:
         self.polls += 1
         return self.diverted
+
+    async def waiting_for_worker(self, cr: InferenceCluster, frontend_pods: Any) -> float | None:
+        self.waiting_polls += 1
+        return self.waiting
 
     async def close(self) -> None:
         pass
@@ -409,3 +415,31 @@ async def test_diverted_prompts_bring_the_next_round_forward(harness: Harness) -
     harness.clock, harness.source.polls = 1001.0, 0
     await autoscaler._until_next_round(key, cluster, due=1010.0)
     assert harness.clock == 1010.0 and harness.source.polls == 0
+
+
+async def test_a_request_waiting_at_zero_wakes_the_decode_pool_before_the_round(
+    harness: Harness,
+) -> None:
+    obj = cluster_obj(intervalSeconds=10)
+    obj["spec"]["decode"].update(replicas=0, minReplicas=0)
+    harness.add("InferenceCluster", obj)
+    harness.add("WorkerPool", pool_obj("c", PoolRole.PREFILL, 0))
+    harness.add("WorkerPool", pool_obj("c", PoolRole.DECODE, 0))
+    harness.source.scrape_result = load(prefill=LoadSample(at=0), decode=LoadSample(at=0))
+    await harness.round()  # at 1000: idle, both pools stay at zero
+    assert not any(path.endswith("/scale") for _, path in harness.writes())
+    autoscaler, key, cluster = harness.autoscaler, ("ns", "c"), harness.cluster()
+    autoscaler._sleep = harness.sleep
+    # Nobody waits: the wait lasts the interval (read each second, 1002..1009).
+    harness.source.waiting = 0.0
+    await autoscaler._until_next_round(key, cluster, due=1010.0)
+    assert harness.clock == 1010.0 and harness.source.waiting_polls == 8
+    # A request waits for a worker: decide at the next second, not at the round.
+    harness.source.waiting = 1.0
+    await autoscaler._until_next_round(key, cluster, due=1020.0)
+    assert harness.clock == 1011.0
+    # With a decode worker there is nothing to wake, and nothing is read.
+    harness.add("WorkerPool", pool_obj("c", PoolRole.DECODE, 1))
+    harness.source.waiting_polls = 0
+    await autoscaler._until_next_round(key, cluster, due=1020.0)
+    assert harness.clock == 1020.0 and harness.source.waiting_polls == 0

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tandem.cli import operator as operator_cli
 from tandem.cli.main import build_parser
@@ -147,5 +148,70 @@ def test_operator_run_help_shows_every_default() -> None:
 
 
 def test_namespaces_repeat_or_separate_with_commas() -> None:
-    assert operator_cli._namespaces(["a,b", " c ", "a", ""]) == ("a", "b", "c")
-    assert operator_cli._namespaces([]) == ()
+    assert operator_cli._names(["a,b", " c ", "a", ""]) == ("a", "b", "c")
+    assert operator_cli._names([]) == ()
+
+
+@pytest.mark.parametrize(
+    ("flags", "line"),
+    [
+        (["--trtllm-image-for", "a100=r/t:1"], "--trtllm-image-for: 'a100' is not a GPU profile"),
+        (["--trtllm-image-for", "gb200"], "--trtllm-image-for: 'gb200': expected PROFILE=IMAGE"),
+        (["--frontend-resources", "{"], "--frontend-resources: not JSON"),
+        (["--frontend-resources", '{"request": {}}'], "--frontend-resources: expected {"),
+        (["--frontend-resources", '{"limits": {"cpu": true}}'], "limits: expected a map"),
+        (["--worker-metrics-from", "[1]"], "--worker-metrics-from: expected a JSON list"),
+    ],
+)
+def test_an_unusable_flag_value_ends_the_operator_naming_the_flag(
+    flags: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = build_parser().parse_args(["operator", "run", *flags])
+    assert operator_cli.cmd_operator_run(args) == 2
+    assert line in capsys.readouterr().err
+
+
+def test_pull_secrets_and_profile_images_reach_the_pods(
+    rendered_pod_specs: Callable[[str, Any], list[dict[str, Any]]],
+) -> None:
+    flags = ["--image-pull-secret", "a,b", "--image-pull-secret", "c"]
+    flags += ["--trtllm-image-for", "h100=r.example/trt:h100"]
+    args = build_parser().parse_args(["operator", "run", *flags])
+    specs = rendered_pod_specs("gpt-oss-20b-h100.yaml", operator_cli.render_settings(args))
+    for spec in specs:
+        assert spec["imagePullSecrets"] == [{"name": "a"}, {"name": "b"}, {"name": "c"}]
+    workers = {c["image"] for s in specs for c in s["containers"] if c["name"] == "worker"}
+    assert workers == {"r.example/trt:h100"}
+
+
+def test_a_cluster_that_pins_its_images_keeps_them_whatever_the_operators_are(
+    tmp_path: Path,
+) -> None:
+    """spec.frontend.image and spec.engine.image: an upgrade of the operator's images
+    leaves such a cluster's pods as they are (a staged rollout, docs/operator.md)."""
+    from tandem.api.v1alpha1 import PoolRole
+    from tandem.api.validate import load_inference_cluster
+    from tandem_operator.render.pods import (
+        render_frontend_pod_template,
+        render_worker_pod_template,
+    )
+
+    example = Path(__file__).resolve().parents[3] / "manifests/examples/reference-cpu.yaml"
+    cr = load_inference_cluster(example)
+    doc = yaml.safe_load(example.read_text())
+    doc["spec"]["frontend"] = {**doc["spec"].get("frontend", {}), "image": "r.example/tandem:1"}
+    doc["spec"]["engine"] = {**doc["spec"].get("engine", {}), "image": "r.example/tandem:1"}
+    (tmp_path / "pinned.yaml").write_text(yaml.safe_dump(doc))
+    pinned = load_inference_cluster(tmp_path / "pinned.yaml")
+
+    def images(cluster: Any, image: str) -> list[str]:
+        args = build_parser().parse_args(["operator", "run", "--image", image])
+        settings = operator_cli.render_settings(args)
+        templates = [
+            render_frontend_pod_template(cluster, settings, "hash"),
+            *(render_worker_pod_template(cluster, r, settings, "hash") for r in PoolRole),
+        ]
+        return [c["image"] for t in templates for c in t["spec"]["containers"]]
+
+    assert images(cr, "r.example/tandem:2") == ["r.example/tandem:2"] * 3  # follows
+    assert images(pinned, "r.example/tandem:2") == ["r.example/tandem:1"] * 3  # keeps

@@ -10,6 +10,7 @@ import pytest
 
 from tandem.api.v1alpha1 import PoolRole
 from tandem.api.validate import load_inference_cluster
+from tandem.frontend.config import FrontendConfig, compute_router_config
 from tandem_operator.render.contract import (
     frontend_command,
     merge_options,
@@ -50,6 +51,23 @@ def test_frontend_finds_workers_through_the_headless_services() -> None:
         "prefill": "kubernetes:///gpt-oss-120b-prefill.inference:grpc",
         "decode": "kubernetes:///gpt-oss-120b-decode.inference:grpc",
     }
+
+
+def test_only_a_decode_pool_that_scales_to_zero_makes_requests_wait_for_a_cold_start() -> None:
+    cr = load_inference_cluster(REPO / "manifests" / "examples" / "reference-cpu.yaml")
+    assert "coldStartTimeoutSeconds" not in render_frontend_config(cr)["frontend"]
+    spec = cr.spec.model_copy(
+        update={
+            "decode": cr.spec.decode.model_copy(update={"min_replicas": 0}),
+            "autoscaling": cr.spec.autoscaling.model_copy(update={"enabled": True}),
+            "frontend": cr.spec.frontend.model_copy(update={"cold_start_timeout_seconds": 45}),
+        }
+    )
+    document = render_frontend_config(cr.model_copy(update={"spec": spec}))
+    assert document["frontend"]["coldStartTimeoutSeconds"] == 45
+    # The frontend reads it as the router's bound on the wait.
+    config = FrontendConfig.model_validate(document)
+    assert compute_router_config(config).cold_start_wait_seconds == 45.0
 
 
 @pytest.mark.parametrize(

@@ -163,6 +163,33 @@ def test_an_empty_prefill_pool_is_fine_an_empty_decode_pool_is_not() -> None:
     )
 
 
+def test_a_decode_pool_scaled_to_zero_by_the_autoscaler_is_ready_not_degraded() -> None:
+    cr = InferenceCluster.model_validate(
+        {
+            "metadata": {"name": "c", "namespace": "ns", "generation": 3},
+            "spec": {
+                "model": {"name": "m"},
+                "decode": {"minReplicas": 0},
+                "autoscaling": {"enabled": True},
+                "frontend": {"coldStartTimeoutSeconds": 90},
+            },
+        }
+    )
+    empty = WorkloadObservation(1, 1, 0, 0, 0)
+    pools = {role: pool(role, 0, workload=empty) for role in PoolRole}
+    result = compute_status(cr, observed(pools=pools), NOW)
+    assert conditions(result) == {
+        reasons.READY: ("True", reasons.SCALED_TO_ZERO),
+        reasons.PROGRESSING: ("False", reasons.UP_TO_DATE),
+        reasons.DEGRADED: ("False", reasons.AS_EXPECTED),
+    }
+    ready = next(c for c in result.cluster.conditions if c.type == reasons.READY)
+    assert "scaled to zero" in ready.message and "up to 90s" in ready.message
+    # At zero the frontend still has to be there to take the first request.
+    no_frontend = observed(pools=pools, frontend=WorkloadObservation(1, 1, 1, 0, 1))
+    assert conditions(compute_status(cr, no_frontend, NOW))[reasons.READY][0] == "False"
+
+
 def test_unschedulable_gpu_pods_make_the_cluster_degraded_with_the_scheduler_message() -> None:
     pending = PodObservation(
         "c-decode-x", problem=PodProblem(reasons.INSUFFICIENT_GPU, GPU_MESSAGE)

@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from tandem.security import (
     CredentialBundle,
@@ -19,7 +20,12 @@ from tandem.security import (
     issue,
     write_bundle,
 )
-from tandem.security.credentials import check_bundle, read_bundle
+from tandem.security.credentials import (
+    CERTIFICATE_EXPIRY,
+    check_bundle,
+    read_bundle,
+    register_expiry_metric,
+)
 from tandem.security.pki import join_pem, split_pem
 
 from .conftest import NOW
@@ -122,6 +128,21 @@ def test_the_store_follows_a_replaced_secret_and_ignores_a_broken_one(tmp_path: 
     (second / "tls.key").write_bytes(CredentialBundle.of(issue("demo", NOW)).key)
     clock.t = 10.0
     assert store.current() is after
+
+
+def test_the_expiry_metric_reports_the_certificate_in_use(tmp_path: Path) -> None:
+    """What the chart's certificate alert reads: the notAfter of what the member presents
+    now, which moves once a renewed Secret reaches the mount."""
+    write_bundle(tmp_path, CredentialBundle.of(issue("demo", NOW, timedelta(days=10))))
+    clock = FakeClock()
+    store = CredentialStore(tmp_path, refresh_s=5.0, clock=clock, now=lambda: NOW)
+    registry = CollectorRegistry()
+    register_expiry_metric(registry, store)
+    assert registry.get_sample_value(CERTIFICATE_EXPIRY) == (NOW + timedelta(days=10)).timestamp()
+
+    write_bundle(tmp_path, CredentialBundle.of(issue("demo", NOW, timedelta(days=365))))
+    clock.t = 5.0
+    assert registry.get_sample_value(CERTIFICATE_EXPIRY) == (NOW + timedelta(days=365)).timestamp()
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.5", "::1", "localhost"])

@@ -42,6 +42,15 @@ def test_draws_have_the_median_and_p90_they_were_given() -> None:
     assert lengths.mean == pytest.approx(1000 * math.exp(sigma**2 / 2))
 
 
+def test_no_draw_is_longer_than_the_model_accepts() -> None:
+    # A p90 of 16k cuts at 64k; a model taking 32k prompts never sees one longer.
+    rng = random.Random(5)
+    draws = [Lengths(8192, 16384, limit=32768).draw(rng) for _ in range(20_000)]
+    assert max(draws) == 32768
+    workload = Workload(8192, 64, 4.0, Slo(1, 0.01), isl_p90=16384, max_isl=32768)
+    assert max(r.prompt_tokens for r in generate_arrivals(workload, 2000, seed=5)) <= 32768
+
+
 def test_without_a_p90_the_arrivals_are_those_of_fixed_lengths() -> None:
     fixed = Workload(1024, 64, 4.0, Slo(1, 0.01))
     spread = Workload(1024, 64, 4.0, Slo(1, 0.01), isl_p90=8192)

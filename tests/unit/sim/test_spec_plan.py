@@ -48,7 +48,9 @@ def _spec(
 
 def test_the_workload_is_the_typical_request_at_the_highest_rate() -> None:
     spec = _spec(rate=3)
-    assert compute_workload(spec) == Workload(1024, 256, 3.0, Slo(2, 0.010), None)
+    # Drawn lengths stop at what the model serves (the frontend refuses longer prompts).
+    limits = {"max_isl": spec.model.max_input_tokens, "max_osl": spec.model.max_output_tokens}
+    assert compute_workload(spec) == Workload(1024, 256, 3.0, Slo(2, 0.010), None, **limits)
     with pytest.raises(ValueError, match=r"spec\.slo and spec\.workload"):
         compute_workload(spec.model_copy(update={"slo": None}))
 

@@ -74,6 +74,11 @@ class ReferenceModelConfig:
     # exchanging KV must use the same value, so it is part of the digest.
     blas_threads: int = 1
     prefix_cache: bool = True
+    # KV offload tiers below the pool (``tandem.kv.offload``): prefix-cache blocks the
+    # pool evicts go to host memory, then to a file in ``offload_disk_path``. 0: no tier.
+    offload_host_bytes: int = 0
+    offload_disk_bytes: int = 0
+    offload_disk_path: str = ""
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -147,13 +152,25 @@ ENGINE_FIELDS = frozenset(
         "blas_threads",
         "prefix_cache",
         "max_context",
+        "offload_host_bytes",
+        "offload_disk_bytes",
+        "offload_disk_path",
     }
 )
 ARCHITECTURE_FIELDS = frozenset(
     f.name for f in dataclasses.fields(ReferenceModelConfig) if f.name not in ENGINE_FIELDS
 ) | {"max_context"}
 LOCAL_FIELDS = frozenset(
-    {"num_kv_blocks", "max_batch_tokens", "prefill_chunk", "max_context", "prefix_cache"}
+    {
+        "num_kv_blocks",
+        "max_batch_tokens",
+        "prefill_chunk",
+        "max_context",
+        "prefix_cache",
+        "offload_host_bytes",
+        "offload_disk_bytes",
+        "offload_disk_path",
+    }
 )
 
 
@@ -204,8 +221,14 @@ def _validate(config: ReferenceModelConfig) -> None:
     for name in _POSITIVE:
         if getattr(config, name) < 1:
             raise ReferenceConfigError(f"option {name} must be >= 1, got {getattr(config, name)}")
-    if config.num_experts < 0:
-        raise ReferenceConfigError(f"option num_experts must be >= 0, got {config.num_experts}")
+    for name in ("num_experts", "offload_host_bytes", "offload_disk_bytes"):
+        if getattr(config, name) < 0:
+            raise ReferenceConfigError(f"option {name} must be >= 0, got {getattr(config, name)}")
+    if config.offload_disk_bytes and not config.offload_disk_path:
+        raise ReferenceConfigError("option offload_disk_bytes needs offload_disk_path")
+    if (config.offload_host_bytes or config.offload_disk_bytes) and not config.prefix_cache:
+        # The tiers keep prefix-cache entries: without the cache there is nothing to keep.
+        raise ReferenceConfigError("KV offload (offload_*_bytes) needs prefix_cache")
     if config.sliding_window < 0:
         raise ReferenceConfigError(
             f"option sliding_window must be >= 0 (0: none), got {config.sliding_window}"

@@ -12,7 +12,9 @@ tunes the allocator to keep freed memory (``malloc``).
 
 Full KV blocks go into a prefix cache (``prefix_cache``) unless ``prefix_cache`` is off:
 a new prompt reuses its longest cached prefix and prefills only the rest, and the cache
-reports what it holds as KV events (``drain_kv_events``).
+reports what it holds as KV events (``drain_kv_events``). With offload tiers
+(``offload_*`` options) evicted blocks go down to host memory and disk, and a prompt's
+blocks found there come back before it is prefilled (``offload``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from tandem.engines.reference.kv_pool import KvPool, SequenceKv
 from tandem.engines.reference.loading import load_model
 from tandem.engines.reference.malloc import keep_freed_memory
 from tandem.engines.reference.model import ReferenceModel, Segment
+from tandem.engines.reference.offload import onboard, open_offload
 from tandem.engines.reference.prefix_cache import CacheEntry, PrefixCache
 from tandem.engines.reference.sampling import check_sampling, derive_seed, sample_token
 from tandem.engines.reference.sequence import Sequence, SequenceState
@@ -67,9 +70,11 @@ class ReferenceEngine:
         self.model = ReferenceModel(self.config, weights)
         self.pool = KvPool(self.config)
         self.cache = PrefixCache(self.pool) if self.config.prefix_cache else None
+        self.offload = open_offload(self.config, self.pool, self.cache)
         self._sequences: dict[str, Sequence] = {}
         self._prefilling: dict[str, None] = {}  # arrival order
         self._cached_tokens = 0
+        self._onboarded_tokens = 0
         self._computed_tokens = 0
         self._attention_tokens = compute_attention_tokens(self.config)
         self.info = EngineInfo(
@@ -136,11 +141,20 @@ class ReferenceEngine:
         config = self.config
         names = compute_block_names(prompt, config.kv_block_size) if self.cache else []
         # At least the last prompt token is computed: its logits give the first token.
-        reused = (
-            self.cache.match(names[: (len(prompt) - 1) // config.kv_block_size])
-            if self.cache
-            else []
-        )
+        reusable = names[: (len(prompt) - 1) // config.kv_block_size]
+        reused = self.cache.match(reusable) if self.cache else []
+        onboarded = 0
+        if self.cache and self.offload:
+            onboarded = onboard(
+                self.pool,
+                self.cache,
+                self.offload,
+                reusable,
+                reused,
+                config.num_layers,
+                self._available,
+            )
+            reused = self.cache.match(reusable) if onboarded else reused
         cached = len(reused) * config.kv_block_size
         shared = self._reused_blocks(reused, cached)
         peak = compute_prefill_peak_blocks(config, len(prompt))
@@ -166,10 +180,15 @@ class ReferenceEngine:
             peak_blocks=peak,
         )
         self._prefilling[request_id] = None
-        self._cached_tokens += cached
+        self._onboarded_tokens += onboarded * config.kv_block_size
+        self._cached_tokens += cached - onboarded * config.kv_block_size
         if cached:
             logger.debug(
-                "%s: %d of %d prompt tokens from the cache", request_id, cached, len(prompt)
+                "%s: %d of %d prompt tokens from the cache (%d onboarded from the tiers)",
+                request_id,
+                cached,
+                len(prompt),
+                onboarded * config.kv_block_size,
             )
 
     # -- decode side of a handoff -----------------------------------------------------
@@ -317,8 +336,10 @@ class ReferenceEngine:
             kv_blocks_free=self.pool.num_free,
             kv_block_size=self.config.kv_block_size,
             prompt_tokens_cached=self._cached_tokens,
+            prompt_tokens_onboarded=self._onboarded_tokens,
             prompt_tokens_computed=self._computed_tokens,
             kv_blocks_cached=0 if self.cache is None else len(self.cache),
+            offload=None if self.offload is None else self.offload.stats(),
         )
 
     def drain_kv_events(self) -> list[KvCacheEvent]:

@@ -15,13 +15,16 @@ entry, together with every entry below it (a block without its parent can never 
 matched). A sequence keeps the blocks it holds either way; they are just no longer
 named.
 
+An engine with offload tiers sets ``on_drop``: it sees each entry as it is removed, while
+its blocks still hold its bytes.
+
 The engine reports exactly what is cached: ``BlocksStored`` when entries are added,
 ``BlocksRemoved`` when they go (``drain_events``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from tandem.engines.reference.kv_pool import KvPool
@@ -43,6 +46,7 @@ class PrefixCache:
         self._entries: dict[int, CacheEntry] = {}
         self._owner: dict[int, int] = {}  # physical block -> block_hash of its entry
         self._events: list[KvCacheEvent] = []
+        self.on_drop: Callable[[CacheEntry], None] | None = None
         pool.on_evict = self._evict
 
     def __len__(self) -> int:
@@ -126,6 +130,8 @@ class PrefixCache:
             if entry.parent is not None and entry.parent in self._entries:
                 self._entries[entry.parent].children.discard(entry.name.block_hash)
             pending.extend(entry.children)
+            if self.on_drop is not None:
+                self.on_drop(entry)
             for physical in entry.blocks:
                 del self._owner[physical]
             self._pool.uncache(entry.blocks)

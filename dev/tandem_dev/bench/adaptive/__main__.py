@@ -1,0 +1,96 @@
+"""``python -m tandem_dev.bench.adaptive [--seconds S] [--only TRACE] [--row ROW]``: every
+trace replayed against every row; prints the markdown section (see the package
+docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tandem.runtime.planning_record import read_record
+from tandem.runtime.state import cluster_dir
+from tandem.sim.spec_plan import describe_shape
+from tandem.tokenization.harmony import HarmonyTokenizer, load_harmony_tokenizer
+from tandem_dev.autoscale_sim.traces import Trace, generate_arrivals
+from tandem_dev.bench.adaptive.judge import RowFigures, judge_row
+from tandem_dev.bench.adaptive.report import TraceRows, render_report
+from tandem_dev.bench.adaptive.rows import (
+    AUTOSCALING,
+    PLANNING,
+    ROWS,
+    AverageWorkload,
+    average_workload,
+    choose_static,
+    render_base,
+    render_planned,
+    render_static,
+)
+from tandem_dev.bench.adaptive.traces import build_adaptive_traces
+from tandem_dev.bench.autoscale_live.__main__ import build_prompts
+from tandem_dev.bench.autoscale_live.replay import replay
+from tandem_dev.bench.autoscale_live.report import SEED, SLO
+
+
+def render_row(row: str, name: str, workload: AverageWorkload) -> tuple[dict[str, Any], str] | None:
+    """The row's InferenceCluster and its shape in words; None when no static deployment
+    of that layout meets the SLO within the budget."""
+    if row == AUTOSCALING:
+        return render_base(name, workload), "1P+1D, autoscaled"
+    if row == PLANNING:
+        return render_planned(name, workload), "planned"
+    candidate = choose_static(render_base(name, workload))[row]
+    if candidate is None:
+        return None
+    return render_static(name, workload, candidate), describe_shape(candidate)
+
+
+def run_trace(
+    home: Path, trace: Trace, rows: Sequence[str], tokenizer: HarmonyTokenizer
+) -> TraceRows:
+    arrivals = generate_arrivals(trace, SEED)
+    prompts = build_prompts(tokenizer, arrivals)
+    workload = average_workload(arrivals, trace.duration_seconds)
+    results: list[tuple[str, RowFigures | None]] = []
+    for index, row in enumerate(rows):
+        name = f"adaptive-{trace.name}-{index}"
+        rendered = render_row(row, name, workload)
+        if rendered is None:
+            results.append((row, None))
+            continue
+        document, shape = rendered
+        run = replay(home, name, document, arrivals, prompts, trace.duration_seconds)
+        planning = read_record(cluster_dir(name, home))
+        results.append((row, judge_row(run, trace.duration_seconds, SLO, planning, shape)))
+    return TraceRows(trace, workload, results)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tandem_dev.bench.adaptive")
+    parser.add_argument("--seconds", type=float, default=240.0, help="each trace's length")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiplies every rate")
+    parser.add_argument("--only", action="append", help="trace names to run")
+    parser.add_argument("--row", action="append", choices=ROWS, help="rows to run")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    traces = [
+        t
+        for t in build_adaptive_traces(args.seconds, args.scale)
+        if not args.only or t.name in args.only
+    ]
+    rows = [r for r in ROWS if not args.row or r in args.row]
+    tokenizer = load_harmony_tokenizer()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="tandem-adaptive-") as tmp:
+        results = [run_trace(Path(tmp), trace, rows, tokenizer) for trace in traces]
+    print(render_report(results, args.seconds, time.monotonic() - started))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""The deployments each trace is replayed against (pure).
+
+All four share the autoscale section's base (``autoscale_live``: TP1 simulated GB200
+workers at real time, conditional disaggregation at 2,048 tokens, at most 4 prefill and
+2 decode workers: the GPU budget) and are sized for the trace's average load
+(:func:`average_workload`). The static rows are ``tandem plan``'s search
+(``tandem.sim.planner.recommend``) within that budget, one layout at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tandem.api.v1alpha1 import InferenceCluster
+from tandem.sim.planner import (
+    Candidate,
+    Limits,
+    Setup,
+    Workload,
+    count_requests,
+    evaluate,
+    generate_arrivals,
+    recommend,
+)
+from tandem.sim.spec_plan import SEED, compute_workload
+from tandem.sim.spec_setup import compute_setup
+from tandem_dev.autoscale_sim.traces import Arrival
+from tandem_dev.bench.adaptive.traces import OUTPUT_TOKENS
+from tandem_dev.bench.autoscale_live.__main__ import VARIANTS, render_live_cluster
+from tandem_dev.bench.autoscale_live.report import SLO
+
+STATIC_AGGREGATED, STATIC_DISAGGREGATED = "static aggregated", "static disaggregated"
+AUTOSCALING, PLANNING = "autoscaling", "planning auto"
+ROWS = (STATIC_AGGREGATED, STATIC_DISAGGREGATED, AUTOSCALING, PLANNING)
+# Re-planning at the shortest hysteresis the API allows: the traces last minutes.
+REPLAN = {"windowSeconds": 30, "minIntervalSeconds": 60, "tolerance": 0.5}
+
+
+@dataclass(frozen=True, slots=True)
+class AverageWorkload:
+    isl: int  # median prompt
+    isl_p90: int
+    osl: int
+    requests_per_second: float
+
+    def to_wire(self) -> dict[str, Any]:
+        # The median alone: the planner draws prompts up to 4x islP90, past a 32k mix's
+        # context (the engine refuses such a prompt and the plan fails).
+        return {
+            "isl": self.isl,
+            "osl": self.osl,
+            "requestsPerSecond": {"min": 0, "max": self.requests_per_second},
+        }
+
+
+def average_workload(arrivals: Sequence[Arrival], seconds: float) -> AverageWorkload:
+    """The trace's lengths and its mean rate (two significant digits, rounded up)."""
+    prompts = sorted(a.prompt_tokens for a in arrivals)
+    isl = int(statistics.median_low(prompts))
+    p90 = prompts[min(len(prompts) - 1, math.ceil(0.9 * len(prompts)) - 1)]
+    rate = len(arrivals) / seconds
+    scale = 10 ** (math.floor(math.log10(rate)) - 1)
+    rate = round(math.ceil(rate / scale) * scale, 6)
+    return AverageWorkload(isl, max(isl, p90), OUTPUT_TOKENS, rate)
+
+
+def render_base(name: str, workload: AverageWorkload) -> dict[str, Any]:
+    """The autoscale section's hand-written 1P+1D under its default policy, with the SLO
+    and the trace's average workload."""
+    document = render_live_cluster(name, VARIANTS[0])
+    spec = document["spec"]
+    spec["slo"] = {"ttftP90Seconds": SLO.ttft_p90_s, "itlP90Seconds": SLO.itl_p90_s}
+    spec["workload"] = workload.to_wire()
+    return document
+
+
+def render_planned(name: str, workload: AverageWorkload) -> dict[str, Any]:
+    document = render_base(name, workload)
+    document["spec"]["planning"] = {"mode": "auto", "replan": REPLAN}
+    return document
+
+
+def choose_static(document: dict[str, Any]) -> dict[str, Candidate | None]:
+    """The fewest-GPU deployment meeting the SLO of each layout (None: none within the
+    budget), TP1 workers (the live replay counts one GPU per process): ``tandem plan``'s
+    search for one layout at a time where it picks that layout, else its simulator on
+    each split in order of GPUs."""
+    spec = InferenceCluster.model_validate(document).spec
+    workload = compute_workload(spec)
+    setup, limits = compute_setup(spec)
+    limits = dataclasses.replace(limits, tensor_parallel_sizes=(1,))
+    aggregated = recommend(workload, setup, dataclasses.replace(limits, max_prefill=0), seed=SEED)
+    full = recommend(workload, setup, limits, seed=SEED)
+    split = full.chosen.candidate if full.chosen and full.chosen.candidate.prefill else None
+    return {
+        STATIC_AGGREGATED: aggregated.chosen.candidate if aggregated.chosen else None,
+        STATIC_DISAGGREGATED: split or _first_split_meeting(workload, setup, limits),
+    }
+
+
+def _first_split_meeting(workload: Workload, setup: Setup, limits: Limits) -> Candidate | None:
+    """The search stops at the fewest GPUs that meet the SLO, often aggregated: the
+    disaggregated splits (at least one worker each) in order of GPUs, the first that
+    meets."""
+    arrivals = generate_arrivals(workload, count_requests(workload), SEED)
+    for gpus in range(2, limits.max_prefill + limits.max_decode + 1):
+        for prefill in range(1, min(limits.max_prefill, gpus - 1) + 1):
+            decode = gpus - prefill
+            if decode > limits.max_decode:
+                continue
+            candidate = Candidate(prefill, decode, 1, 1)
+            if evaluate(candidate, workload, setup, arrivals).meets:
+                return candidate
+    return None
+
+
+def render_static(name: str, workload: AverageWorkload, candidate: Candidate) -> dict[str, Any]:
+    """``candidate``'s pools, fixed: no autoscaling, no planning."""
+    document = render_base(name, workload)
+    spec = document["spec"]
+    spec.pop("autoscaling")
+    spec["prefill"].update(
+        {"replicas": candidate.prefill, "minReplicas": 0, "maxReplicas": candidate.prefill}
+    )
+    spec["decode"].update(
+        {"replicas": candidate.decode, "minReplicas": 1, "maxReplicas": candidate.decode}
+    )
+    limits = {
+        "max_num_tokens": candidate.max_num_tokens,
+        "max_batch_size": candidate.max_batch_size,
+    }
+    spec["engine"]["options"].update({k: v for k, v in limits.items() if v is not None})
+    return document

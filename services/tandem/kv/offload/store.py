@@ -1,0 +1,220 @@
+"""The offload tiers' I/O shell: carries out the moves ``tiers`` plans, with the bytes.
+
+A *block* here is one prefix-cache entry: the same logical block in every layer, so
+``layers`` physical blocks of the device pool. The host tier is an arena of such blocks
+allocated at start-up; the disk tier a ``DiskFile`` of slots. Each block's digest
+(``records``) is taken as it leaves the device pool and checked when it comes back, from
+either tier; a damaged block is counted, forgotten and reported as missing, so the
+engine recomputes it. A failed disk write gives up the disk tier until restart (logged
+once, ``disabled`` in the stats): offloading goes on with the tiers left, and no request
+sees the failure.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from tandem.kv.offload.disk import Chunk, DiskError, DiskFile
+from tandem.kv.offload.records import (
+    HEADER,
+    Damage,
+    check_header,
+    check_payload,
+    compute_digest,
+    pack_header,
+)
+from tandem.kv.offload.stats import OffloadStats
+from tandem.kv.offload.tiers import TIERS, Move, Tier, TierIndex, plan_offload, plan_onboarding
+
+logger = logging.getLogger(__name__)
+
+Float32Array = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadSettings:
+    host_bytes: int = 0
+    disk_bytes: int = 0
+    disk_path: Path | None = None
+
+
+class OffloadStore:
+    def __init__(self, settings: OffloadSettings, pool: Float32Array, layers: int) -> None:
+        self._pool = pool  # [blocks, block_size, 2, kv_heads, head_dim]
+        self.payload_bytes = layers * pool[0].nbytes
+        host_slots = settings.host_bytes // self.payload_bytes
+        # Written now (np.zeros maps lazily; fill touches every page), as the device pool
+        # is, so that a memory limit is met at start-up rather than hours into serving.
+        self._arena: Float32Array = np.empty((host_slots, layers, *pool.shape[1:]), np.float32)
+        self._arena.fill(0.0)
+        self._disabled: set[Tier] = set()
+        self.disk: DiskFile | None = None
+        disk_slots = settings.disk_bytes // (HEADER.size + self.payload_bytes)
+        if disk_slots and settings.disk_path is not None:
+            regions = [array.data.cast("B") for array in (pool, self._arena) if array.size]
+            try:
+                self.disk = DiskFile(settings.disk_path, disk_slots, self.payload_bytes, regions)
+            except OSError as exc:
+                self._give_up(Tier.DISK, exc)
+        capacity = {Tier.HOST: host_slots, Tier.DISK: disk_slots if self.disk else 0}
+        self.index = TierIndex(capacity)
+        self._free = {tier: list(range(capacity[tier] - 1, -1, -1)) for tier in TIERS}
+        self._slot: dict[int, int] = {}  # block_hash -> its slot in its tier
+        self._digest: dict[int, bytes] = {}
+        logger.info(
+            "KV offload: host tier %d blocks (%.0f MiB), disk tier %d blocks (%.0f MiB) in %s",
+            capacity[Tier.HOST],
+            self._arena.nbytes / 2**20,
+            capacity[Tier.DISK],
+            settings.disk_bytes / 2**20 if self.disk else 0,
+            self.disk.path.parent if self.disk else "-",
+        )
+        self._offloaded: Counter[Tier] = Counter()
+        self._onboarded: Counter[Tier] = Counter()
+        self._damaged: Counter[Tier] = Counter()
+        self._dropped: Counter[Tier] = Counter()
+
+    # -- what the engine calls --------------------------------------------------------
+
+    def offload(self, block_hash: int, physical: Sequence[int]) -> None:
+        """Keep a block the device pool is about to reuse (its bytes are still there)."""
+        for move in plan_offload(self.index, block_hash):
+            self._carry(move, physical)
+
+    def plan(self, hashes: Sequence[int], limit: int) -> list[int]:
+        """The leading blocks of ``hashes`` the tiers hold, at most ``limit``."""
+        return [move.block_hash for move in plan_onboarding(self.index, hashes, limit)]
+
+    def load(self, block_hash: int, physical: Sequence[int]) -> bool:
+        """Bring a block back into the device pool's ``physical`` blocks (one per layer)
+        and out of its tier. False when no tier holds it (any more) or it came back
+        damaged: the engine computes it instead."""
+        tier = self.index.where(block_hash)
+        if tier is None:
+            return False
+        slot, digest = self._slot[block_hash], self._digest[block_hash]
+        damage = self._read(tier, slot, block_hash, digest, physical)
+        self._forget(Move(block_hash, tier, None))
+        if damage is not None:
+            logger.warning(
+                "KV offload: block %016x from the %s tier is %s; recomputing it",
+                block_hash,
+                tier,
+                damage,
+            )
+            self._damaged[tier] += 1
+            return False
+        self._onboarded[tier] += 1
+        return True
+
+    def stats(self) -> OffloadStats:
+        return OffloadStats(
+            blocks={tier: self.index.count(tier) for tier in TIERS},
+            capacity={tier: self.index.capacity(tier) for tier in TIERS},
+            offloaded=dict(self._offloaded),
+            onboarded=dict(self._onboarded),
+            damaged=dict(self._damaged),
+            dropped=dict(self._dropped),
+            disabled=frozenset(self._disabled),
+        )
+
+    # -- moves ------------------------------------------------------------------------
+
+    def _carry(self, move: Move, physical: Sequence[int]) -> None:
+        if move.target is None:
+            assert move.source is not None
+            self._dropped[move.source] += 1
+            self._forget(move)
+            return
+        slot = self._free[move.target].pop()
+        try:
+            if move.source is None:
+                digest = self._store_from_device(move.target, slot, move.block_hash, physical)
+            else:
+                digest = self._digest[move.block_hash]
+                self._write_disk(slot, move.block_hash, digest, self._host_chunks(move))
+        except DiskError as exc:
+            self._free[move.target].append(slot)
+            self._disable_disk(exc)
+            if move.source is not None:
+                self._dropped[move.source] += 1
+                self._forget(Move(move.block_hash, move.source, None))
+            return
+        if move.source is not None:
+            self._release(move)
+        self.index.apply(move)
+        self._slot[move.block_hash] = slot
+        self._digest[move.block_hash] = digest
+        self._offloaded[move.target] += 1
+
+    def _store_from_device(
+        self, tier: Tier, slot: int, block_hash: int, physical: Sequence[int]
+    ) -> bytes:
+        if tier is Tier.HOST:
+            np.take(self._pool, physical, axis=0, out=self._arena[slot])
+            return compute_digest([self._arena[slot].data.cast("B")])
+        digest = compute_digest(self._pool[b].data.cast("B") for b in physical)
+        self._write_disk(slot, block_hash, digest, self._pool_chunks(physical))
+        return digest
+
+    def _write_disk(self, slot: int, block_hash: int, digest: bytes, chunks: list[Chunk]) -> None:
+        assert self.disk is not None
+        self.disk.write(slot, pack_header(block_hash, self.payload_bytes, digest), chunks)
+
+    def _read(
+        self, tier: Tier, slot: int, block_hash: int, digest: bytes, physical: Sequence[int]
+    ) -> Damage | None:
+        if tier is Tier.HOST:
+            damage = check_payload([self._arena[slot].data.cast("B")], digest)
+            if damage is None:
+                self._pool[list(physical)] = self._arena[slot]
+            return damage
+        assert self.disk is not None
+        try:
+            header = self.disk.read(slot, self._pool_chunks(physical))
+        except DiskError as exc:
+            logger.warning("KV offload: reading block %016x failed: %s", block_hash, exc)
+            return Damage.TORN
+        return check_header(header, block_hash, self.payload_bytes, digest) or check_payload(
+            (self._pool[b].data.cast("B") for b in physical), digest
+        )
+
+    def _forget(self, move: Move) -> None:
+        self._release(move)
+        self.index.apply(move)
+
+    def _release(self, move: Move) -> None:
+        """Free the slot ``move.block_hash`` held in ``move.source``."""
+        assert move.source is not None
+        self._free[move.source].append(self._slot.pop(move.block_hash))
+        del self._digest[move.block_hash]
+
+    def _pool_chunks(self, physical: Sequence[int]) -> list[Chunk]:
+        size = self._pool[0].nbytes
+        return [(self._pool.ctypes.data + block * size, size) for block in physical]
+
+    def _host_chunks(self, move: Move) -> list[Chunk]:
+        return [(self._arena[self._slot[move.block_hash]].ctypes.data, self.payload_bytes)]
+
+    def _disable_disk(self, exc: Exception) -> None:
+        self._give_up(Tier.DISK, exc)
+        for drop in self.index.disable(Tier.DISK):
+            self._dropped[Tier.DISK] += 1
+            self._release(drop)
+
+    def _give_up(self, tier: Tier, exc: Exception) -> None:
+        """Said once per tier: the log line, and ``disabled`` in the stats."""
+        if tier not in self._disabled:
+            logger.error(
+                "KV offload: the %s tier failed (%s); going on without it until restart",
+                tier,
+                exc,
+            )
+        self._disabled.add(tier)

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Builds promtool (github.com/prometheus/prometheus/cmd/promtool, pinned in this
+# directory's go.mod) into tests/monitoring/bin/, and copies the prometheus-operator CRDs
+# the chart's monitoring objects must satisfy (PodMonitor, ServiceMonitor,
+# PrometheusRule) from the pinned prometheus-operator module into tests/monitoring/bin/crds/.
+# tests/unit/chart/test_monitoring.py uses both.
+#
+# Idempotent: when the stamp (hash of go.mod/go.sum, this script, the versions and the Go
+# version) matches and every output exists, it does nothing. A cold build (empty Go module
+# and build caches) took 9.5 minutes on 2 cores shared with another Go build (about a
+# minute of it downloading modules); every checkout on a machine shares the last build
+# through a cache keyed by the stamp ($TANDEM_BUILD_CACHE, default ~/.cache/tandem), so a
+# fresh clone copies promtool instead of building it.
+#
+#   tests/monitoring/build-promtool.sh           build if needed
+#   tests/monitoring/build-promtool.sh --force   rebuild regardless of the stamp
+set -euo pipefail
+
+PROMETHEUS_VERSION=v0.316.0 # Prometheus 3.16's Go module version
+# The newest prometheus-operator release the Go proxy reachable here serves, and its hash
+# (go.sum's h1:) so that the CRDs are exactly that release's.
+PROMETHEUS_OPERATOR_VERSION=v0.85.0
+PROMETHEUS_OPERATOR_SUM="h1:M5xLCLEoaW2IJfnuCwFzzpL+jSVQu3KGT84Pye+fW8s="
+CRDS=(podmonitors servicemonitors prometheusrules)
+# Service discovery plugins promtool never needs here (cloud providers' SDKs): the build
+# is about half as long without them. Kubernetes and file discovery stay in.
+BUILD_TAGS=remove_all_sd
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+BIN="$HERE/bin"
+STAMP="$HERE/.stamp"
+export GOTOOLCHAIN=local
+export GOFLAGS=-mod=readonly
+export PATH="/usr/local/go/bin:$PATH"
+
+log() { printf 'promtool-build: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+FORCE=0
+case "${1:-}" in
+  --force) FORCE=1 ;;
+  "") ;;
+  *) die "unknown argument: $1 (usage: build-promtool.sh [--force])" ;;
+esac
+
+command -v go >/dev/null || die "go not found (expected /usr/local/go/bin/go)"
+GO_VERSION="$(go env GOVERSION)"
+
+OUTPUTS=(promtool)
+for crd in "${CRDS[@]}"; do
+  OUTPUTS+=("crds/monitoring.coreos.com_$crd.yaml")
+done
+
+compute_stamp() {
+  {
+    cat "$HERE/go.mod" "$HERE/go.sum" "$HERE/build-promtool.sh"
+    echo "$PROMETHEUS_VERSION $PROMETHEUS_OPERATOR_VERSION $BUILD_TAGS $GO_VERSION"
+  } | sha256sum | cut -d' ' -f1
+}
+
+all_outputs_exist() {
+  local f
+  for f in "${OUTPUTS[@]}"; do
+    [[ -s "$BIN/$f" ]] || return 1
+  done
+}
+
+want="$(compute_stamp)"
+if [[ $FORCE -eq 0 && -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]] && all_outputs_exist; then
+  log "up to date (stamp $want), nothing to do"
+  exit 0
+fi
+
+CACHE="${TANDEM_BUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tandem}/promtool-bin"
+# Hard links where the cache shares the checkout's filesystem, copies elsewhere.
+copy_outputs() { # from to
+  local f
+  for f in "${OUTPUTS[@]}"; do
+    mkdir -p "$(dirname "$2/$f")"
+    rm -f "$2/$f"
+    cp -l "$1/$f" "$2/$f" 2>/dev/null || cp -p "$1/$f" "$2/$f"
+  done
+}
+if [[ $FORCE -eq 0 && -f "$CACHE/$want/.complete" ]]; then
+  rm -f "$STAMP"
+  copy_outputs "$CACHE/$want" "$BIN"
+  if all_outputs_exist; then
+    echo "$want" >"$STAMP"
+    log "restored from $CACHE/$want (stamp $want), nothing to build"
+    exit 0
+  fi
+fi
+
+got="$(cd "$HERE" && go list -m -f '{{.Version}}' github.com/prometheus/prometheus)"
+[[ "$got" == "$PROMETHEUS_VERSION" ]] ||
+  die "go.mod pins github.com/prometheus/prometheus at $got, this script expects $PROMETHEUS_VERSION"
+
+mkdir -p "$BIN/crds"
+rm -f "$STAMP"
+started=$SECONDS
+
+# The version promtool prints (upstream's Makefile stamps it through promu).
+version_pkg=github.com/prometheus/common/version
+ldflags="-s -w -X $version_pkg.Version=${PROMETHEUS_VERSION#v} -X $version_pkg.Branch=HEAD"
+ldflags+=" -X $version_pkg.BuildUser=tandem -X $version_pkg.BuildDate=$(date -u +%Y%m%d-%H:%M:%S)"
+log "building promtool $PROMETHEUS_VERSION ($GO_VERSION, tags $BUILD_TAGS)"
+(cd "$HERE" && go build -tags "$BUILD_TAGS" -ldflags "$ldflags" -o "$BIN/promtool" \
+  github.com/prometheus/prometheus/cmd/promtool) || die "promtool build failed"
+
+# The CRDs: the module is not a dependency of anything built here, so it is downloaded
+# on its own (GOFLAGS= lets `go mod download` name a module go.mod does not require) and
+# checked against the pinned hash.
+module=github.com/prometheus-operator/prometheus-operator
+info="$(cd "$HERE" && GOFLAGS= go mod download -json "$module@$PROMETHEUS_OPERATOR_VERSION")" ||
+  die "go mod download $module@$PROMETHEUS_OPERATOR_VERSION failed: $info"
+sum="$(sed -n 's/.*"Sum": "\(.*\)".*/\1/p' <<<"$info")"
+dir="$(sed -n 's/.*"Dir": "\(.*\)".*/\1/p' <<<"$info")"
+[[ "$sum" == "$PROMETHEUS_OPERATOR_SUM" ]] ||
+  die "$module@$PROMETHEUS_OPERATOR_VERSION has hash $sum, expected $PROMETHEUS_OPERATOR_SUM"
+for crd in "${CRDS[@]}"; do
+  src="$dir/example/prometheus-operator-crd/monitoring.coreos.com_$crd.yaml"
+  [[ -f "$src" ]] || die "$src not found"
+  cp "$src" "$BIN/crds/"
+  chmod u+w "$BIN/crds/monitoring.coreos.com_$crd.yaml"
+done
+log "copied the ${CRDS[*]} CRDs from $module@$PROMETHEUS_OPERATOR_VERSION"
+
+log "  $("$BIN/promtool" --version 2>&1 | head -n1)"
+echo "$want" >"$STAMP"
+# Keep this build for other checkouts of this machine (only the newest stamp's).
+if mkdir -p "$CACHE" 2>/dev/null; then
+  find "$CACHE" -mindepth 1 -maxdepth 1 -type d ! -name "$want" -exec rm -rf {} +
+  copy_outputs "$BIN" "$CACHE/$want" && touch "$CACHE/$want/.complete"
+fi
+log "done in $((SECONDS - started))s"

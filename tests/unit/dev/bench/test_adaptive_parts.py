@@ -1,0 +1,66 @@
+"""The adaptive section's pure parts, on inputs small enough to judge by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from tandem.api.v1alpha1 import InferenceCluster, PlanningMode
+from tandem.runtime.planning_record import PlanningRecord
+from tandem.sim.metrics import Slo
+from tandem.sim.planner import Candidate
+from tandem_dev.autoscale_sim.traces import Arrival, generate_arrivals
+from tandem_dev.bench.adaptive.judge import judge_row
+from tandem_dev.bench.adaptive.rows import average_workload, render_planned, render_static
+from tandem_dev.bench.adaptive.traces import build_adaptive_traces
+from tandem_dev.bench.autoscale_live.replay import LiveRun, Served, WorkerSample
+
+SLO = Slo(ttft_p90_s=2.0, itl_p90_s=0.006)
+
+
+def test_the_traces_are_the_issues_five_and_the_drift_ends_in_long_prompts() -> None:
+    traces = {t.name: t for t in build_adaptive_traces(120)}
+    assert list(traces) == ["chat", "rag", "bursty", "ramp", "drift"]
+    drift = traces["drift"]
+    assert drift.load_at(1).mean_prompt_tokens == 1024
+    assert drift.load_at(119).mean_prompt_tokens == 32768
+    arrivals = generate_arrivals(drift, 7)
+    assert arrivals[0].prompt_tokens == 1024 and arrivals[-1].prompt_tokens == 32768
+
+
+def test_the_average_workload_is_the_median_prompt_and_the_mean_rate_rounded_up() -> None:
+    arrivals = [Arrival(t, 1024 if t < 7 else 32768, 64) for t in range(10)]
+    workload = average_workload(arrivals, 4.0)  # 2.5 req/s
+    assert (workload.isl, workload.isl_p90, workload.osl) == (1024, 32768, 64)
+    assert workload.requests_per_second == 2.5
+    assert average_workload(arrivals, 3.0).requests_per_second == 3.4  # 3.33.. up
+
+
+def test_rows_render_valid_clusters_static_fixed_and_planned_auto() -> None:
+    workload = average_workload([Arrival(0, 1024, 64)], 1.0)
+    static = InferenceCluster.model_validate(
+        render_static("s", workload, Candidate(1, 2, 1, 1, max_num_tokens=4096))
+    )
+    assert (static.spec.prefill.max_replicas, static.spec.decode.replicas) == (1, 2)
+    assert not static.spec.autoscaling.enabled
+    assert static.spec.engine.options.as_dict()["max_num_tokens"] == 4096
+    planned = InferenceCluster.model_validate(render_planned("p", workload))
+    assert planned.spec.planning.mode is PlanningMode.AUTO
+    assert planned.spec.autoscaling.enabled
+
+
+def test_a_rows_figures_count_gpu_seconds_goodput_and_its_rollouts() -> None:
+    run = LiveRun(
+        served=[
+            Served(0, 0, 0.5, 0.5 + 0.005 * 9, 10, 1024),  # within
+            Served(1, 1, 4.0, 4.5, 10, 1024),  # TTFT 3 s: missed
+            Served(2, 2, None, 2.1, 0, 0, "APIError"),
+        ],
+        samples=[WorkerSample(0, 1, 1), WorkerSample(5, 0, 1)],
+    )
+    planning = PlanningRecord(shape="1(TP1) agg", rollouts=1)
+    figures = judge_row(run, 10.0, SLO, planning, "planned")
+    assert figures.attainment == pytest.approx(1 / 3)
+    assert figures.gpu_seconds == 15  # 2 workers for 5 s, then 1 for 5 s
+    assert figures.goodput_per_gpu == pytest.approx(10 / 15)
+    assert (figures.requests, figures.failed) == (3, 1)
+    assert (figures.rollouts, figures.replans, figures.shape) == (1, None, "1(TP1) agg")

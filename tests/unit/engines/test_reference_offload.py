@@ -1,0 +1,205 @@
+"""KV offload in the reference engine: a prompt pushed out of a small device pool comes
+back from the host and disk tiers instead of being recomputed, with the same tokens; a
+block damaged on disk is caught, counted and recomputed; a disk that fails mid-run
+leaves fewer tiers and every request answered."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tandem.engines.base import KvCapacityError, SamplingParams
+from tandem.engines.reference import ReferenceEngine, ReferenceModelConfig
+from tandem.kv.offload import Tier
+from tandem.kv.offload.records import HEADER
+
+TinyConfigFactory = Callable[..., ReferenceModelConfig]
+GREEDY = SamplingParams(max_tokens=6)
+ENTRY_BYTES = 2 * 8 * 2 * 2 * 16 * 4  # tiny config: layers x block x (k, v) x heads x dim x 4
+
+
+def tokens_of(length: int, seed: int) -> list[int]:
+    return np.random.default_rng(seed).integers(0, 256, length).tolist()
+
+
+def generate(engine: ReferenceEngine, request_id: str, prompt: list[int]) -> list[int]:
+    result = engine.prefill(request_id, prompt, GREEDY)
+    out, finish = [result.first_token], result.finish_reason
+    while finish is None:
+        (step,) = engine.step({request_id: GREEDY})
+        out.append(step.token)
+        finish = step.finish_reason
+    engine.release(request_id)
+    return out
+
+
+def push_out_and_ask_again(engine: ReferenceEngine, long: list[int]) -> list[int]:
+    """Ask ``long``, then two other prompts that need the whole device pool, then
+    ``long`` again; returns the second answer."""
+    generate(engine, "first", long)
+    for seed in (11, 12):
+        generate(engine, f"other-{seed}", tokens_of(len(long), seed))
+    return generate(engine, "again", long)
+
+
+def offload_config(
+    tiny_config: TinyConfigFactory, tmp_path: Path, host_entries: int, **overrides: object
+) -> ReferenceModelConfig:
+    options: dict[str, object] = {
+        "num_kv_blocks": 40,  # 20 blocks of every layer: one 100-token prompt at a time
+        "offload_host_bytes": host_entries * ENTRY_BYTES,
+        "offload_disk_bytes": 100 * (HEADER.size + ENTRY_BYTES),
+        "offload_disk_path": str(tmp_path),
+    }
+    return tiny_config(**{**options, **overrides})
+
+
+@pytest.mark.parametrize("window", [0, 24])
+@pytest.mark.parametrize(
+    ("host_entries", "source"),
+    # 64 entries hold every evicted block; 4 only the last ones evicted (the other
+    # prompts'), the long prompt went on to disk; 0: no host tier at all.
+    [(64, Tier.HOST), (4, Tier.DISK), (0, Tier.DISK)],
+)
+def test_a_pushed_out_prompt_comes_back_from_the_tiers_with_the_same_tokens(
+    tiny_config: TinyConfigFactory, tmp_path: Path, window: int, host_entries: int, source: Tier
+) -> None:
+    long = tokens_of(100, 1)
+    plain = ReferenceEngine(tiny_config(num_kv_blocks=40, sliding_window=window))
+    expected = push_out_and_ask_again(plain, long)
+    assert plain.stats().prompt_tokens_computed == 4 * len(long)  # evicted, recomputed
+
+    engine = ReferenceEngine(
+        offload_config(tiny_config, tmp_path, host_entries, sliding_window=window)
+    )
+    assert push_out_and_ask_again(engine, long) == expected
+    stats = engine.stats()
+    full_blocks = (len(long) - 1) // 8
+    assert stats.prompt_tokens_onboarded == full_blocks * 8
+    assert stats.prompt_tokens_computed == 3 * len(long) + len(long) - full_blocks * 8
+    assert stats.offload is not None
+    assert stats.offload.onboarded == {source: full_blocks}
+    assert not stats.offload.damaged and not stats.offload.disabled
+
+
+def test_a_flipped_byte_on_disk_is_caught_and_the_block_recomputed(
+    tiny_config: TinyConfigFactory, tmp_path: Path
+) -> None:
+    long = tokens_of(100, 1)
+    expected = push_out_and_ask_again(ReferenceEngine(tiny_config(num_kv_blocks=40)), long)
+    engine = ReferenceEngine(offload_config(tiny_config, tmp_path, host_entries=0))
+    generate(engine, "first", long)
+    for seed in (11, 12):
+        generate(engine, f"other-{seed}", tokens_of(len(long), seed))
+    assert engine.offload is not None and engine.offload.disk is not None
+    # One byte of the long prompt's 6th block, in the disk tier's file.
+    offset = _slot_of(engine, long, block=5) * (HEADER.size + ENTRY_BYTES) + HEADER.size + 1000
+    fd = engine.offload.disk.fd
+    os.pwrite(fd, bytes([os.pread(fd, 1, offset)[0] ^ 0x10]), offset)
+
+    assert generate(engine, "again", long) == expected
+    stats = engine.stats()
+    assert stats.offload is not None
+    assert stats.offload.damaged == {Tier.DISK: 1}
+    assert stats.prompt_tokens_onboarded == 5 * 8  # blocks 0..4; 5 on are recomputed
+    assert stats.prompt_tokens_computed == 3 * len(long) + len(long) - 5 * 8
+
+
+def _slot_of(engine: ReferenceEngine, prompt: list[int], block: int) -> int:
+    from tandem.kv.block_hashes import compute_block_names
+
+    assert engine.offload is not None
+    name = compute_block_names(prompt, 8)[block]
+    assert engine.offload.index.where(name.block_hash) is Tier.DISK
+    return engine.offload._slot[name.block_hash]
+
+
+DISK_FULL_SCRIPT = """
+import json, sys
+import numpy as np
+from tandem.engines.base import KvCapacityError, SamplingParams
+from tandem.engines.reference import ReferenceEngine, ReferenceModelConfig
+options = json.loads(sys.argv[1])
+engine = ReferenceEngine(ReferenceModelConfig.from_options(options))
+answered = 0
+for i, seed in enumerate([0, 1, 2, 0, 3, 1, 0, 2]):
+    prompt = np.random.default_rng(seed).integers(0, 256, 100).tolist()
+    params = SamplingParams(max_tokens=3)
+    result = engine.prefill(str(i), prompt, params)
+    while result.finish_reason is None and engine.step({str(i): params})[0].finish_reason is None:
+        pass
+    engine.release(str(i))
+    answered += 1
+stats = engine.stats()
+print(json.dumps({"answered": answered, "disabled": sorted(stats.offload.disabled),
+                  "onboarded": stats.prompt_tokens_onboarded}))
+"""
+
+
+def test_a_disk_that_fills_up_mid_run_leaves_the_host_tier_and_loses_no_request(
+    tiny_config: TinyConfigFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The disk runs out after a few blocks: a file-size limit on the process (the kernel
+    refuses the write that would pass it, EFBIG, as it would ENOSPC) set in a child
+    process, so nothing else in the test run is limited."""
+    from tests.unit.engines.conftest import TINY_OPTIONS
+
+    options = {
+        **TINY_OPTIONS,
+        "num_kv_blocks": 40,
+        "offload_host_bytes": 16 * ENTRY_BYTES,
+        "offload_disk_bytes": 100 * (HEADER.size + ENTRY_BYTES),
+        "offload_disk_path": str(tmp_path),
+    }
+    limit = 5 * (HEADER.size + ENTRY_BYTES)
+    script = (
+        "import resource, signal\n"
+        # The kernel signals SIGXFSZ before failing the write; ignored, the write fails.
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, resource.RLIM_INFINITY))\n"
+        + DISK_FULL_SCRIPT
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(options)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["answered"] == 8
+    assert report["disabled"] == ["disk"]
+    assert done.stderr.count("the disk tier failed") == 1
+    assert report["onboarded"] > 0  # the host tier still served prompts asked again
+
+
+def test_a_prompt_that_does_not_fit_beside_a_running_one_is_refused_cleanly(
+    tiny_config: TinyConfigFactory, tmp_path: Path
+) -> None:
+    """Onboarding pins the prompt's cached prefix and brings back only what the pool has
+    room for beside a running sequence; the prompt is then refused as without offload,
+    nothing leaks, and once the running sequence is gone it is answered as ever."""
+    long = tokens_of(100, 1)
+    sibling = long[:32] + tokens_of(68, 2)  # shares the long prompt's first 4 blocks
+    pool = {"num_kv_blocks": 48, "sliding_window": 0}  # 24 blocks of every layer
+    config = offload_config(tiny_config, tmp_path, host_entries=64, **pool)
+    expected = generate(ReferenceEngine(tiny_config(**pool)), "alone", long)
+    engine = ReferenceEngine(config)
+    generate(engine, "long", long)
+    generate(engine, "sibling", sibling)
+    engine.prefill("running", tokens_of(100, 3), GREEDY)  # holds 26 of the 48 blocks
+    with pytest.raises(KvCapacityError):
+        engine.prefill("long-again", long, GREEDY)
+    engine.release("running")
+    assert generate(engine, "long-again", long) == expected
+    stats = engine.stats()
+    assert stats.kv_blocks_free == stats.kv_blocks_total
+    assert stats.offload is not None
+    assert sum(stats.offload.onboarded.values()) == 8  # blocks 4..11 came back, once each

@@ -1,0 +1,82 @@
+"""``kvCache.offload`` of a pool, rendered: the reference engine's ``offload_*`` options in
+the operator's worker document and the local runtime's command line, the disk tier's
+volume in the worker pod, and the API refusing it for engines without tiers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tandem.api.v1alpha1 import InferenceCluster, PoolRole
+from tandem.api.validate import ManifestError, load_inference_cluster, parse_object
+from tandem.runtime.plan import count_workers, plan_local
+from tandem_operator.render.contract import render_worker_config
+from tandem_operator.render.pods import RenderSettings, render_worker_pod_template
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "manifests" / "examples" / "reference-cpu.yaml"
+OFFLOAD = {"enabled": True, "hostBytes": 1 << 30, "diskBytes": 8 << 30, "diskPath": "/kv"}
+OPTIONS = {"offload_host_bytes": 1 << 30, "offload_disk_bytes": 8 << 30, "offload_disk_path": "/kv"}
+
+
+def with_decode_offload(offload: dict[str, Any], engine: str = "reference") -> InferenceCluster:
+    doc = load_inference_cluster(EXAMPLE).to_wire()
+    doc["metadata"] |= {"uid": "ic-uid", "namespace": "serving"}
+    doc["spec"]["decode"]["kvCache"] = {"offload": offload}
+    doc["spec"]["engine"]["kind"] = engine
+    parsed = parse_object(doc)
+    assert isinstance(parsed, InferenceCluster)
+    return parsed
+
+
+def test_the_operator_renders_offload_options_for_the_pool_that_enables_it() -> None:
+    cr = with_decode_offload(OFFLOAD)
+    decode = render_worker_config(cr, PoolRole.DECODE)["engine"]["options"]
+    assert {k: decode[k] for k in OPTIONS} == OPTIONS
+    prefill = render_worker_config(cr, PoolRole.PREFILL)["engine"]["options"]
+    assert not any(key.startswith("offload_") for key in prefill)
+    off = with_decode_offload({**OFFLOAD, "enabled": False})
+    assert not any(
+        k.startswith("offload_")
+        for k in render_worker_config(off, PoolRole.DECODE)["engine"]["options"]
+    )
+
+
+def test_the_disk_tier_gets_a_local_volume_capped_at_its_budget() -> None:
+    cr = with_decode_offload(OFFLOAD)
+    pod = render_worker_pod_template(cr, PoolRole.DECODE, RenderSettings(), "hash")["spec"]
+    assert {"name": "kv-offload", "emptyDir": {"sizeLimit": str(8 << 30)}} in pod["volumes"]
+    mounts = pod["containers"][0]["volumeMounts"]
+    assert {"name": "kv-offload", "mountPath": "/kv"} in mounts
+    prefill = render_worker_pod_template(cr, PoolRole.PREFILL, RenderSettings(), "hash")["spec"]
+    assert all(v["name"] != "kv-offload" for v in prefill["volumes"])
+
+
+def test_the_local_runtime_passes_the_same_options_on_the_command_line(tmp_path: Path) -> None:
+    cr = with_decode_offload(OFFLOAD)
+    ports = list(range(41000, 41000 + count_workers(cr)))
+    plan = plan_local(cr, state_dir=tmp_path, frontend_port=8123, worker_ports=ports, python="py")
+    (decode,) = plan.pools[PoolRole.DECODE].workers
+    argv = list(decode.argv)
+    options = json.loads(argv[argv.index("--engine-options") + 1])
+    assert {k: options[k] for k in OPTIONS} == OPTIONS
+
+
+@pytest.mark.parametrize(
+    ("offload", "engine", "message"),
+    [
+        ({"enabled": True}, "reference", "needs hostBytes or diskBytes"),
+        ({"enabled": True, "diskBytes": 1024}, "reference", "diskBytes needs diskPath"),
+        (OFFLOAD, "simulated", "implemented by the reference engine only"),
+    ],
+)
+def test_the_api_refuses_an_offload_no_engine_can_run(
+    offload: dict[str, Any], engine: str, message: str
+) -> None:
+    doc = load_inference_cluster(EXAMPLE).to_wire()
+    doc["spec"]["decode"]["kvCache"] = {"offload": offload}
+    doc["spec"]["engine"]["kind"] = engine
+    with pytest.raises(ManifestError, match=message):
+        parse_object(doc)
