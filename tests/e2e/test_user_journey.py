@@ -809,9 +809,12 @@ def test_upgrades_roll_pods_without_failing_a_request(journey: Journey) -> None:
         return metric_sum(after, name, **labels) - metric_sum(before, name, **labels)
 
     # The frontend does not roll (its config holds no engine setting): its counters span
-    # the whole roll.
-    refused = delta("tandem_router_worker_errors_total", stage="decode", kind="kv_handoff")
+    # the whole roll. A handoff refused for another revision's KV would mean routing mixed
+    # revisions; one whose prefill pod went away mid-roll is counted apart.
+    handoffs = "tandem_router_kv_handoff_failures_total"
+    refused = delta(handoffs, reason="config_mismatch")
     FIGURES["roll_refused_handoffs"] = refused
+    FIGURES["roll_failed_handoffs_prefilled_again"] = delta(handoffs, reason="failed")
     FIGURES["roll_prefills_kept_local_for_another_revision"] = delta(
         "tandem_router_prefill_decisions_total", reason="prefill_incompatible"
     )

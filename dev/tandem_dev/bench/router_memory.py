@@ -24,6 +24,7 @@ from tandem.engines.base import SamplingParams
 from tandem.engines.reference.config import ReferenceModelConfig
 from tandem.frontend.__main__ import main as frontend_main
 from tandem.kv.block_hashes import compute_block_names
+from tandem.kv.events import Tier
 from tandem.router.kv_index import KvIndex
 from tandem.router.ports import (
     DecodeChunk,
@@ -39,8 +40,9 @@ MAX_BLOCKS_PER_WORKER = 65_536  # the removed index's default
 
 
 class RouterMemoryIndex(KvIndex):
-    """Answers ``cached_tokens`` from what the router sent where; the workers' KV events
-    still arrive (the base class applies them) but are not consulted."""
+    """Answers lookups (``cached_by_tier``, all on the device: the router cannot tell
+    tiers apart) from what it sent where; the workers' KV events still arrive (the base
+    class applies them) but are not consulted."""
 
     def __init__(self, block_size: int, max_blocks_per_worker: int = MAX_BLOCKS_PER_WORKER):
         super().__init__()
@@ -60,7 +62,7 @@ class RouterMemoryIndex(KvIndex):
         while len(seen) > self._max_blocks:
             seen.popitem(last=False)
 
-    def cached_tokens(self, prompt: Sequence[int]) -> dict[str, int]:
+    def cached_by_tier(self, prompt: Sequence[int]) -> dict[str, dict[Tier, int]]:
         names = compute_block_names(prompt, self._block_size)
         cached = {}
         for worker, seen in self._seen.items():
@@ -70,7 +72,7 @@ class RouterMemoryIndex(KvIndex):
                     break
                 matched += 1
             if matched:
-                cached[worker] = matched * self._block_size
+                cached[worker] = {Tier.DEVICE: matched * self._block_size}
         return cached
 
     def remove(self, address: str, *, unless_incarnation: str | None = None) -> bool:

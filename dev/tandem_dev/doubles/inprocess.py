@@ -26,10 +26,12 @@ from tandem.router.ports import (
     KvEventBatch,
     PrefillReply,
     RemoteKvHandle,
+    WorkerCallError,
     WorkerErrorKind,
     WorkerStats,
     call_error,
 )
+from tandem.worker.errors import KvConfigMismatch
 from tandem.worker.kv_event_log import KvEventLog
 from tandem.worker.types import HealthStatus, Role
 
@@ -82,6 +84,7 @@ class InProcessWorker:
         eos_token: int | None = None,
         eos_at: int | None = None,
         tokenizer_fingerprint: str = "",
+        config_digest: str = "",
     ) -> None:
         self.address = address
         self.role = role
@@ -91,6 +94,9 @@ class InProcessWorker:
         self.token_delay = token_delay
         self.eos_token, self.eos_at = eos_token, eos_at
         self.tokenizer_fingerprint = tokenizer_fingerprint
+        # The engine config its KV belongs to (a real worker's ``compute_config_digest``):
+        # a decode worker refuses KV prefilled under another one.
+        self.config_digest = config_digest
         self.faults = Faults()
         self.alive = True
         self.draining = False
@@ -150,6 +156,7 @@ class InProcessWorker:
             backend="tcp",
             num_tokens=len(prompt),
             ranges=(),
+            config_digest=self.config_digest,
         )
         return PrefillReply(first, kv, None, 0.0)
 
@@ -171,6 +178,15 @@ class InProcessWorker:
             raise call_error(self.address, self.faults.decode_before_first.pop(0), "injected")
         kv_bytes = 0
         if remote_kv is not None:
+            if remote_kv.config_digest != self.config_digest:
+                # As tandem.worker.service refuses it: ABORTED, with the worker's code.
+                raise WorkerCallError(
+                    self.address,
+                    "ABORTED",
+                    f"prefill worker runs engine config {remote_kv.config_digest!r}, "
+                    f"this one {self.config_digest!r}: refusing its KV",
+                    remote_code=KvConfigMismatch.code,
+                )
             if self.pull_delay:
                 await asyncio.sleep(self.pull_delay)
             owner = self.ledger.parked.pop(request_id, None)
@@ -240,6 +256,7 @@ class InProcessWorker:
             self.incarnation,
             Role(self.role.value),
             tokenizer_fingerprint=self.tokenizer_fingerprint,
+            config_digest=self.config_digest,
         )
 
     async def stats(self, *, timeout_s: float | None = None) -> WorkerStats:

@@ -28,6 +28,7 @@ from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tandem.api.v1alpha1 import GROUP, VERSION
+from tandem.cli.kube import api_client, kubeconfig_path
 from tandem.frontend.api_keys import (
     TENANT,
     KeyRecord,
@@ -145,22 +146,8 @@ class _Secrets:
         raise KeysError(f"Secret {self.name} kept changing under us; try again")
 
 
-def _kubeconfig(given: str | None) -> str:
-    # Read $KUBECONFIG now: kubernetes_asyncio's default is fixed at import time.
-    return given or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-
-
-async def _client(path: str, context: str | None) -> tuple[Any, str]:
-    cfg = kube_client.Configuration()
-    await kube_config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
-    contexts, current = kube_config.list_kube_config_contexts(config_file=path)
-    chosen = next((c for c in contexts if c["name"] == context), current) if context else current
-    namespace = (chosen or {}).get("context", {}).get("namespace") or "default"
-    return kube_client.ApiClient(configuration=cfg), namespace
-
-
 def _run(args: argparse.Namespace, work: Callable[[_Secrets], Awaitable[int]]) -> int:
-    kubeconfig = _kubeconfig(args.kubeconfig)
+    kubeconfig = kubeconfig_path(args.kubeconfig)
     if not os.path.exists(kubeconfig):
         print(
             f"error: no kubeconfig at {kubeconfig} (set KUBECONFIG or --kubeconfig)",
@@ -169,7 +156,7 @@ def _run(args: argparse.Namespace, work: Callable[[_Secrets], Awaitable[int]]) -
         return EXIT_FAILED
 
     async def main() -> int:
-        api, namespace = await _client(kubeconfig, args.context)
+        api, namespace = await api_client(kubeconfig, args.context)
         async with api:
             store = _Secrets(api, args.namespace or namespace, args.cluster)
             await store.check_cluster()

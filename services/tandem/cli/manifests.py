@@ -11,6 +11,7 @@ from tandem.api.base import ApiModel
 from tandem.api.crd import dump_crd, render_crds
 from tandem.api.v1alpha1 import InferenceCluster
 from tandem.api.validate import ManifestError, load_file
+from tandem.cli import crds_apply
 from tandem.cli.manifest_files import add_files_option, print_manifest_errors
 from tandem.runtime.preflight import package_source_errors
 
@@ -52,6 +53,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_crds(args: argparse.Namespace) -> int:
+    if args.action == "apply":
+        if args.write or args.check:
+            print("error: `tandem crds apply` takes neither --write nor --check", file=sys.stderr)
+            return EXIT_INVALID
+        return crds_apply.cmd_apply(args)
     rendered = {name: dump_crd(crd) for name, crd in render_crds().items()}
     if not (args.write or args.check):
         sys.stdout.write("---\n".join(rendered.values()))
@@ -96,11 +102,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.set_defaults(handler=cmd_validate)
 
-    p = sub.add_parser("crds", help="print (or write/check) the generated CRDs")
+    p = sub.add_parser(
+        "crds",
+        help="print (or write/check) the generated CRDs; `apply` them to a cluster",
+        description="Print the CRDs, write or check the repository's copies, or `tandem crds "
+        "apply` them to the cluster (server-side apply, before `helm upgrade`: Helm never "
+        "upgrades CRDs).",
+    )
+    p.add_argument("action", nargs="?", choices=("apply",), help="apply to the cluster")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="write manifests/ and chart CRDs")
     mode.add_argument("--check", action="store_true", help="fail if committed CRDs are stale")
     p.add_argument("--root", default=".", help="repository root (default: .)")
+    p.add_argument("--kubeconfig", help="apply: default $KUBECONFIG or ~/.kube/config")
+    p.add_argument("--context", help="apply: kubeconfig context (default: the current one)")
+    p.add_argument("--dry-run", action="store_true", help="apply: server-side dry run only")
     p.set_defaults(handler=cmd_crds)
 
     p = sub.add_parser("version", help="print the version")

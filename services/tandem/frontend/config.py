@@ -249,10 +249,13 @@ def render_frontend_config(
 def load_frontend_config(path: Path) -> FrontendConfig:
     text = path.read_text()
     data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    config = FrontendConfig.model_validate(data)
-    if config.contract_version != CONTRACT_VERSION:
+    # Checked before the fields: a newer operator's document may reshape them, and its
+    # version says so in one line where validation would list every difference.
+    version = data.get("contractVersion", CONTRACT_VERSION) if isinstance(data, dict) else None
+    if version != CONTRACT_VERSION:
         raise ValueError(
-            f"{path}: contractVersion {config.contract_version} is not supported "
-            f"(this frontend reads version {CONTRACT_VERSION})"
+            f"{path}: contractVersion {version} is not supported "
+            f"(this frontend reads version {CONTRACT_VERSION}; run a frontend image as new "
+            "as the operator)"
         )
-    return config
+    return FrontendConfig.model_validate(data)

@@ -51,12 +51,20 @@ def chain_block_hash(parent: int, tokens_hash: int) -> int:
     return int.from_bytes(digest, "little")
 
 
+def chain_block_hashes(tokens_hashes: Sequence[int], parent: int = ROOT) -> list[int]:
+    """The ``block_hash`` of each of consecutive blocks, given their ``tokens_hash``es,
+    which follow the block ``parent``."""
+    chained = []
+    for tokens_hash in tokens_hashes:
+        parent = chain_block_hash(parent, tokens_hash)
+        chained.append(parent)
+    return chained
+
+
 def compute_block_names(
     tokens: Sequence[int], block_size: int, parent: int = ROOT
 ) -> list[BlockName]:
     """Both hashes of every full block of ``tokens``, which follow the block ``parent``."""
-    names = []
-    for tokens_hash in compute_tokens_hashes(tokens, block_size):
-        parent = chain_block_hash(parent, tokens_hash)
-        names.append(BlockName(parent, tokens_hash))
-    return names
+    tokens_hashes = compute_tokens_hashes(tokens, block_size)
+    block_hashes = chain_block_hashes(tokens_hashes, parent)
+    return [BlockName(b, t) for b, t in zip(block_hashes, tokens_hashes, strict=True)]

@@ -50,6 +50,7 @@ from tandem.router.errors import (
 from tandem.router.kv_index import KvIndex
 from tandem.router.messages import GenerationChunk, GenerationRequest, RouteInfo, RouterConfig
 from tandem.router.metrics import RouterMetrics
+from tandem.router.onboarding import saved_tokens
 from tandem.router.policy import (
     DecisionReason,
     PolicyConfig,
@@ -59,6 +60,7 @@ from tandem.router.policy import (
     WorkerRole,
     choose_prefill_worker,
     choose_route,
+    digests_match,
 )
 from tandem.router.ports import (
     DecodeChunk,
@@ -67,6 +69,7 @@ from tandem.router.ports import (
     WorkerErrorKind,
     call_error,
     classify,
+    classify_handoff_failure,
 )
 from tandem.router.prefill_rate import update_prefill_rate
 from tandem.router.workers import WorkerState, WorkerTable
@@ -332,9 +335,14 @@ class Dispatcher:
         return RouteRequest(len(request.prompt), request.sampling.max_tokens)
 
     def _cached_tokens(self, request: GenerationRequest, policy: PolicyConfig) -> dict[str, int]:
+        """Prompt tokens each worker would not have to compute, its offload tiers' tokens
+        discounted by what onboarding them costs."""
         if policy.routing is not RoutingPolicy.KV_AWARE:
             return {}
-        return self.index.cached_tokens(request.prompt)
+        return {
+            address: saved_tokens(held, policy.tier_weights)
+            for address, held in self.index.cached_by_tier(request.prompt).items()
+        }
 
     async def _decide(
         self,
@@ -390,14 +398,23 @@ class Dispatcher:
                 raise self._exhausted(attempts)
             self._metrics.rejected.labels("no_worker").inc()
             raise NoWorkerAvailableError("no healthy decode worker is available; retry shortly")
-        if attempts.handoff is not None:
-            # Reuse the KV already prefilled for this request.
-            return RouteDecision(
-                decision.decode,
-                attempts.prefill_worker,
-                PrefillPath.REMOTE,
-                attempts.remote_reason or decision.reason,
-            )
+        handoff = attempts.handoff
+        if handoff is not None and handoff.kv is not None:
+            decode = self._table.get(decision.decode)
+            decode_digest = decode.snapshot().config_digest if decode is not None else ""
+            if digests_match(handoff.kv.config_digest, decode_digest):
+                # Reuse the KV already prefilled for this request.
+                return RouteDecision(
+                    decision.decode,
+                    attempts.prefill_worker,
+                    PrefillPath.REMOTE,
+                    attempts.remote_reason or decision.reason,
+                )
+            # A retry's decode worker runs another engine config than the prefill worker
+            # holding this request's KV (mid-rollout, the first choice went away): it
+            # would refuse the KV. Give it up and take the route chosen for this worker.
+            self._release_later(attempts.prefill_worker, request.request_id)
+            attempts.handoff = attempts.prefill_worker = None
         return decision
 
     async def _wait_for_decode_worker(
@@ -616,6 +633,7 @@ class Dispatcher:
         else:
             # KV_HANDOFF, or a failure while a handoff was pending (prefill peer gone,
             # transfer timeout): the decode worker is fine, the parked KV is not.
+            self._metrics.kv_handoff_failures.labels(classify_handoff_failure(exc).value).inc()
             self._release_later(attempts.prefill_worker, request.request_id)
             if attempts.prefill_worker is not None:
                 attempts.failed_prefill.add(attempts.prefill_worker)

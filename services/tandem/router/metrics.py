@@ -84,7 +84,8 @@ class RouterMetrics:
         )
         self.cached_prompt_tokens = Counter(
             "tandem_router_cached_prompt_tokens_total",
-            "Prompt tokens the chosen decode worker already held cached, per the index.",
+            "Prompt tokens the chosen decode worker already held cached, per the index "
+            "(tokens in its offload tiers weighted by what onboarding them costs).",
             registry=registry,
         )
         self.rejected = Counter(
@@ -97,6 +98,15 @@ class RouterMetrics:
         self.kv_transfer_bytes = Counter(
             "tandem_router_kv_transfer_bytes_total",
             "KV cache bytes moved from prefill to decode workers.",
+            registry=registry,
+        )
+        self.kv_handoff_failures = Counter(
+            "tandem_router_kv_handoff_failures_total",
+            "KV handoffs that did not happen, by reason: config_mismatch (the decode worker "
+            "refused KV of another engine config; routing pairs by config digest, so never "
+            "expected), failed (prefill peer gone, transfer error or timeout). The request "
+            "was prefilled again, locally or elsewhere.",
+            ["reason"],
             registry=registry,
         )
         self.kv_transfer_seconds = Histogram(

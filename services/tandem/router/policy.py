@@ -2,10 +2,12 @@
 
 The service feeds these a snapshot of every worker (health plus load, the larger of
 what the router itself has in flight and what the worker last reported), how many of
-the prompt's tokens each worker holds in its KV cache (from the workers' KV events, in
-Dynamo's radix tree), and a few facts about the request; they answer which decode
-worker streams the answer, whether the prompt is worth prefilling on the prefill pool,
-and which prefill worker does it. Both choices weigh cached tokens against load.
+the prompt's tokens each worker would not have to compute (from the workers' KV events:
+its device pool's prefix in Dynamo's radix tree, then its offload tiers', each tier's
+tokens weighted by what onboarding them costs, ``onboarding``), and a few facts about
+the request; they answer which decode worker streams the answer, whether the prompt is
+worth prefilling on the prefill pool, and which prefill worker does it. Both choices
+weigh cached tokens against load.
 
 Conditional disaggregation: moving KV only pays off for long, uncached prompts. Short
 or mostly cached prompts, and every prompt when the prefill pool is empty, unhealthy,
@@ -29,9 +31,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Container, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tandem.api.v1alpha1 import RoutingPolicy
+from tandem.kv.events import Tier
+from tandem.router.onboarding import DEFAULT_TIER_WEIGHTS
 
 
 class WorkerRole(enum.StrEnum):
@@ -121,6 +125,8 @@ class PolicyConfig:
     overlap_weight: float = 2.0
     # Added to a decode worker's cost when its free KV cannot hold the request.
     kv_shortage_penalty: float = 1000.0
+    # What a cached token in each tier is worth against computing it (``onboarding``).
+    tier_weights: Mapping[Tier, float] = field(default_factory=lambda: DEFAULT_TIER_WEIGHTS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +148,8 @@ def choose_decode_worker(
 ) -> WorkerSnapshot | None:
     """The decode worker for a request, or None when no decode worker is available.
 
-    ``cached`` maps a worker to the prompt tokens its KV cache already holds.
+    ``cached`` maps a worker to the prompt tokens it would not have to compute (its
+    KV cache's, offload tiers' discounted: ``onboarding.saved_tokens``).
     kv-aware: lowest cost, where cost is the worker's load (active plus queued
     sequences), plus ``overlap_weight`` times the uncached fraction of the prompt, plus
     a penalty when its free KV cannot hold what the request still needs. least-loaded
@@ -177,11 +184,15 @@ def _decode_cost(
 
 
 def compatible(prefill: WorkerSnapshot, decode_digest: str) -> bool:
-    """Whether ``prefill``'s KV can continue on a decode worker with ``decode_digest``
-    (unknown digests are not held against a worker; the decode worker checks again)."""
-    return (
-        not prefill.config_digest or not decode_digest or (prefill.config_digest == decode_digest)
-    )
+    """Whether ``prefill``'s KV can continue on a decode worker with ``decode_digest``."""
+    return digests_match(prefill.config_digest, decode_digest)
+
+
+def digests_match(kv_digest: str, decode_digest: str) -> bool:
+    """Whether KV of engine config ``kv_digest`` can continue on a decode worker of
+    ``decode_digest`` (unknown digests are not held against a worker; the decode worker
+    checks again)."""
+    return not kv_digest or not decode_digest or kv_digest == decode_digest
 
 
 def choose_prefill_path(

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 
 from tandem.engines.base import SamplingParams
-from tandem.worker.errors import WorkerCallError
+from tandem.worker.errors import KvConfigMismatch, WorkerCallError
 from tandem.worker.types import (
     DecodeChunk,
     HealthInfo,
@@ -25,6 +25,7 @@ from tandem.worker.types import (
 
 __all__ = [
     "DecodeChunk",
+    "HandoffFailure",
     "HealthInfo",
     "KvEventBatch",
     "PrefillReply",
@@ -36,6 +37,7 @@ __all__ = [
     "WorkerStats",
     "call_error",
     "classify",
+    "classify_handoff_failure",
 ]
 
 
@@ -64,6 +66,23 @@ STATUS_BY_KIND = {kind: status for status, kind in _KIND_BY_STATUS.items()} | {
 def classify(error: WorkerCallError) -> WorkerErrorKind:
     """What a failed call means for routing (by its gRPC status name)."""
     return _KIND_BY_STATUS.get(error.grpc_status, WorkerErrorKind.INTERNAL)
+
+
+class HandoffFailure(enum.StrEnum):
+    """Why a KV handoff did not happen (the request is prefilled again either way)."""
+
+    # The decode worker refused KV from a prefill worker of another engine config (a
+    # rollout's other revision): routing pairs by config digest, so this should not occur.
+    CONFIG_MISMATCH = "config_mismatch"
+    FAILED = "failed"  # the prefill peer went away, the transfer failed or timed out
+
+
+def classify_handoff_failure(error: WorkerCallError) -> HandoffFailure:
+    """By the worker's error code (sent with the failed call), not its gRPC status,
+    which a refusal shares with every other handoff failure."""
+    if error.remote_code == KvConfigMismatch.code:
+        return HandoffFailure.CONFIG_MISMATCH
+    return HandoffFailure.FAILED
 
 
 def call_error(address: str, kind: WorkerErrorKind, message: str) -> WorkerCallError:

@@ -30,7 +30,7 @@ from tandem.security.credentials import CredentialStore
 from tandem.security.grpc_tls import open_channel
 from tandem.telemetry.propagation import inject_metadata
 from tandem.worker import convert
-from tandem.worker.errors import WorkerCallError
+from tandem.worker.errors import ERROR_CODE_METADATA, WorkerCallError
 from tandem.worker.types import (
     AgentInfo,
     DecodeChunk,
@@ -172,7 +172,9 @@ class WorkerClient:
         status = exc.code().name
         if status == "UNAVAILABLE" and self._on_unavailable is not None:
             self._on_unavailable()
-        return WorkerCallError(self.address, status, exc.details() or "")
+        codes = [v for k, v in exc.trailing_metadata() or () if k == ERROR_CODE_METADATA]
+        remote_code = str(codes[0]) if codes else None
+        return WorkerCallError(self.address, status, exc.details() or "", remote_code=remote_code)
 
     def _closed(self) -> WorkerCallError:
         return WorkerCallError(self.address, "UNAVAILABLE", "the client's channel was closed")

@@ -32,6 +32,14 @@ class ContractSettings:
 
 def read_contract(doc: Mapping[str, Any]) -> ContractSettings:
     version = doc.get("contractVersion")
+    if isinstance(version, int) and version > SUPPORTED_CONTRACT_VERSION:
+        # Version skew: the operator was upgraded before this worker's image. Fields of
+        # a newer contract may change what a worker must do, so none are guessed at.
+        raise ContractError(
+            f"worker config contractVersion {version} is newer than this worker reads "
+            f"({SUPPORTED_CONTRACT_VERSION}): run a worker image as new as the operator "
+            "(docs/operator.md, Upgrading)"
+        )
     if version != SUPPORTED_CONTRACT_VERSION:
         raise ContractError(
             f"worker config contractVersion {version!r} is not {SUPPORTED_CONTRACT_VERSION}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tandem.engines.base import FinishReason, KvRange, SamplingParams
 from tandem.kv.block_hashes import BlockName
-from tandem.kv.events import AllCleared, BlocksRemoved, BlocksStored, KvCacheEvent
+from tandem.kv.events import AllCleared, BlocksRemoved, BlocksStored, KvCacheEvent, Tier
 from tandem.proto import worker_pb2 as pb
 from tandem.worker.types import (
     AgentInfo,
@@ -199,17 +199,33 @@ def claim_from_pb(message: pb.ClaimKvResponse) -> KvClaim:
     return KvClaim(message.claimed, message.read_seconds, message.reason)
 
 
+_TIER_TO_PB = {
+    Tier.DEVICE: pb.KV_TIER_DEVICE,
+    Tier.HOST: pb.KV_TIER_HOST,
+    Tier.DISK: pb.KV_TIER_DISK,
+}
+_TIER_FROM_PB: dict[int, Tier] = {number: tier for tier, number in _TIER_TO_PB.items()}
+
+
+def _tier_from_pb(number: int) -> Tier:
+    tier = _TIER_FROM_PB.get(number)
+    if tier is None:  # a newer sender's tier: better unrouted than misread as device
+        raise ValueError(f"KV event names an unknown tier ({number})")
+    return tier
+
+
 def kv_event_to_pb(event: KvCacheEvent) -> pb.KvEvent:
     if isinstance(event, BlocksStored):
         blocks = [
             pb.KvBlock(block_hash=b.block_hash, tokens_hash=b.tokens_hash) for b in event.blocks
         ]
-        stored = pb.KvBlocksStored(blocks=blocks)
+        stored = pb.KvBlocksStored(blocks=blocks, tier=_TIER_TO_PB[event.tier])
         if event.parent_hash is not None:
             stored.parent_hash = event.parent_hash
         return pb.KvEvent(stored=stored)
     if isinstance(event, BlocksRemoved):
-        return pb.KvEvent(removed=pb.KvBlocksRemoved(block_hashes=event.block_hashes))
+        removed = pb.KvBlocksRemoved(block_hashes=event.block_hashes, tier=_TIER_TO_PB[event.tier])
+        return pb.KvEvent(removed=removed)
     return pb.KvEvent(cleared=pb.KvAllCleared())
 
 
@@ -220,9 +236,11 @@ def kv_event_from_pb(message: pb.KvEvent) -> KvCacheEvent:
         return BlocksStored(
             stored.parent_hash if stored.HasField("parent_hash") else None,
             tuple(BlockName(b.block_hash, b.tokens_hash) for b in stored.blocks),
+            _tier_from_pb(stored.tier),
         )
     if kind == "removed":
-        return BlocksRemoved(tuple(message.removed.block_hashes))
+        removed = message.removed
+        return BlocksRemoved(tuple(removed.block_hashes), _tier_from_pb(removed.tier))
     if kind == "cleared":
         return AllCleared()
     raise ValueError("KV event names no kind (stored, removed or cleared)")

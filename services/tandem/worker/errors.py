@@ -68,14 +68,23 @@ class KvLayoutMismatch(WorkerError):
     http_status = 500
 
 
+# Trailing metadata key of a failed call: the worker's error ``code`` (several errors
+# share one gRPC status; the caller counts why, e.g. a KV handoff refused for another
+# engine config against one whose transfer failed).
+ERROR_CODE_METADATA = "tandem-error-code"
+
+
 class WorkerCallError(WorkerError):
     """A call to a worker failed (client side); ``grpc_status`` is what the worker or
-    the channel reported."""
+    the channel reported, ``remote_code`` the worker's error code when it sent one."""
 
-    def __init__(self, address: str, status: str, message: str) -> None:
+    def __init__(
+        self, address: str, status: str, message: str, *, remote_code: str | None = None
+    ) -> None:
         super().__init__(f"{address}: {status}: {message}")
         self.address = address
         self.grpc_status = status
+        self.remote_code = remote_code
         self.http_status = _HTTP_BY_STATUS.get(status, 502)
 
 

@@ -25,7 +25,7 @@ from tandem.security.grpc_tls import server_credentials
 from tandem.security.identity import grpc_peer
 from tandem.worker import convert
 from tandem.worker.client import SERVER_OPTIONS
-from tandem.worker.errors import WorkerError
+from tandem.worker.errors import ERROR_CODE_METADATA, WorkerError
 from tandem.worker.rpc_trace import DecodeTrace, prefill_span
 from tandem.worker.service import WorkerService
 
@@ -40,7 +40,8 @@ WORKER_ONLY = frozenset({"ClaimKv", "KvAgent"})
 
 
 async def _abort(context: Context, exc: WorkerError) -> NoReturn:
-    await context.abort(grpc.StatusCode[exc.grpc_status], exc.message)
+    trailing = ((ERROR_CODE_METADATA, exc.code),) if exc.code else ()
+    await context.abort(grpc.StatusCode[exc.grpc_status], exc.message, trailing)
     raise AssertionError("context.abort returned")  # it always raises
 
 

@@ -15,7 +15,7 @@ from prometheus_client.registry import Collector
 
 from tandem.engines.base import EngineStats
 from tandem.kv.offload.stats import OffloadStats
-from tandem.kv.offload.tiers import Tier
+from tandem.kv.offload.tiers import TIERS
 from tandem.worker.types import WorkerStats
 
 TRANSFER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -127,7 +127,7 @@ def _offload_families(
 ) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
     for name, doc, kind, read in _OFFLOAD_SERIES:
         family = kind(f"tandem_worker_kv_offload_{name}", doc, labels=["tier"])
-        for tier in Tier:
+        for tier in TIERS:
             family.add_metric([tier.value], read(stats, tier))
         yield family
 

@@ -212,3 +212,15 @@ def test_importing_images_before_building_them_or_without_a_real_node(ws: Worksp
         f"error: no dev cluster with a real node in {state}: start one with "
         f"`tandem dev cluster up --nodes real --state-dir {state}`"
     )
+
+
+def test_crds_apply_without_a_reachable_cluster(ws: Workspace) -> None:
+    missing = ws.root / "none.kubeconfig"
+    assert one_error(ws.run("crds", "apply", "--kubeconfig", str(missing)), 1) == (
+        f"error: no kubeconfig at {missing} (set KUBECONFIG or --kubeconfig)"
+    )
+    line = one_error(ws.run("crds", "apply", "--kubeconfig", str(unreachable_kubeconfig(ws))), 1)
+    assert line.startswith("error: cannot apply the CRDs: Cannot connect to host 127.0.0.1:")
+    assert one_error(ws.run("crds", "apply", "--check"), 2) == (
+        "error: `tandem crds apply` takes neither --write nor --check"
+    )

@@ -1,7 +1,9 @@
 """KV offload in the reference engine: a prompt pushed out of a small device pool comes
 back from the host and disk tiers instead of being recomputed, with the same tokens; a
 block damaged on disk is caught, counted and recomputed; a disk that fails mid-run
-leaves fewer tiers and every request answered."""
+leaves fewer tiers and every request answered. The engine's KV events say which tier
+holds each block, and reach the router's index through the worker's event log and the
+wire format."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +20,17 @@ import pytest
 
 from tandem.engines.base import KvCapacityError, SamplingParams
 from tandem.engines.reference import ReferenceEngine, ReferenceModelConfig
+from tandem.kv.block_hashes import compute_block_names
 from tandem.kv.offload import Tier
 from tandem.kv.offload.records import HEADER
+from tandem.router.kv_index import KvIndex
+from tandem.worker.convert import kv_batch_from_pb, kv_batch_to_pb
+from tandem.worker.kv_event_log import KvEventLog
+from tandem.worker.types import KvEventBatch
 
 TinyConfigFactory = Callable[..., ReferenceModelConfig]
 GREEDY = SamplingParams(max_tokens=6)
+BLOCK = 8  # the tiny config's kv_block_size
 ENTRY_BYTES = 2 * 8 * 2 * 2 * 16 * 4  # tiny config: layers x block x (k, v) x heads x dim x 4
 
 
@@ -203,3 +212,79 @@ def test_a_prompt_that_does_not_fit_beside_a_running_one_is_refused_cleanly(
     assert stats.kv_blocks_free == stats.kv_blocks_total
     assert stats.offload is not None
     assert sum(stats.offload.onboarded.values()) == 8  # blocks 4..11 came back, once each
+
+
+def held_by(engine: ReferenceEngine, prompt: list[int]) -> dict[Tier, int]:
+    """Tokens of ``prompt``'s cached prefix per tier, as the engine itself has them."""
+    assert engine.cache is not None and engine.offload is not None
+    held: Counter[Tier] = Counter()
+    for name in compute_block_names(prompt, BLOCK):
+        in_device = name.block_hash in engine.cache
+        tier = Tier.DEVICE if in_device else engine.offload.index.where(name.block_hash)
+        if tier is None:
+            break
+        held[tier] += BLOCK
+    return dict(held)
+
+
+class Follower:
+    """A router's index fed by one subscription, every batch through protobuf."""
+
+    def __init__(self, log: KvEventLog) -> None:
+        self.index = KvIndex()
+        self._stream: AsyncGenerator[KvEventBatch, None] = log.subscribe()
+
+    async def catch_up(self, batches: int) -> None:
+        for _ in range(batches):
+            batch = kv_batch_from_pb(kv_batch_to_pb(await anext(self._stream)))
+            self.index.apply("w:1", batch)
+
+    async def close(self) -> None:
+        await self._stream.aclose()
+
+
+@pytest.mark.parametrize(
+    ("host_entries", "lower"),
+    # 64 host entries keep every evicted block; 4 pass the long prompt's on to disk.
+    [(64, Tier.HOST), (4, Tier.DISK)],
+)
+async def test_the_router_sees_which_tier_holds_each_block(
+    tiny_config: TinyConfigFactory, tmp_path: Path, host_entries: int, lower: Tier
+) -> None:
+    engine = ReferenceEngine(offload_config(tiny_config, tmp_path, host_entries))
+    log = KvEventLog("w", "i1", BLOCK)
+    live = Follower(log)
+    await live.catch_up(1)  # the (empty) snapshot
+    published = 0
+
+    def ask(request_id: str, prompt: list[int]) -> None:
+        nonlocal published
+        engine.prefill(request_id, prompt, GREEDY)
+        engine.release(request_id)
+        events = engine.drain_kv_events()
+        log.publish(events)
+        published += 1 if events else 0
+
+    long = tokens_of(100, 1)
+    ask("first", long)
+    for seed in (11, 12):  # push the long prompt out of the device pool
+        ask(f"other-{seed}", tokens_of(100, seed))
+    pushed_out = held_by(engine, long)
+    assert Tier.DEVICE not in pushed_out and pushed_out.get(lower, 0) > 0
+    await live.catch_up(published)
+    late = Follower(log)
+    await late.catch_up(1)
+    for follower in (live, late):
+        assert follower.index.cached_by_tier(long) == {"w:1": pushed_out}
+
+    published = 0
+    ask("again", long)  # onboarded back into the device pool
+    back = held_by(engine, long)
+    assert back.get(Tier.DEVICE, 0) > 0
+    await live.catch_up(published)
+    late_again = Follower(log)
+    await late_again.catch_up(1)
+    for follower in (live, late_again):
+        assert follower.index.cached_by_tier(long) == {"w:1": back}
+    for follower in (live, late, late_again):
+        await follower.close()

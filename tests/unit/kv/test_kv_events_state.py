@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from tandem.kv.block_hashes import BlockName
-from tandem.kv.events import AllCleared, BlocksRemoved, BlocksStored, KvCacheState, count_blocks
+from tandem.kv.events import (
+    AllCleared,
+    BlocksRemoved,
+    BlocksStored,
+    KvCacheState,
+    Tier,
+    count_blocks,
+)
 
 
 def b(n: int) -> BlockName:
@@ -37,8 +44,27 @@ def test_removed_parents_hide_their_descendants_and_come_back_with_them() -> Non
     assert sorted(blk for _, blk in flatten(state.snapshot())) == [1, 2, 3]
 
 
+def test_tiers_are_separate_sets_and_the_snapshot_keeps_each_blocks_tier() -> None:
+    state = KvCacheState()
+    state.apply(BlocksStored(None, (b(1), b(2), b(3))))
+    # Block 3 offloaded to host, then on to disk; block 2 to host.
+    state.apply(BlocksRemoved((3,)))
+    state.apply(BlocksStored(2, (b(3),), Tier.HOST))
+    state.apply(BlocksStored(2, (b(3),), Tier.DISK))
+    state.apply(BlocksRemoved((3,), Tier.HOST))
+    state.apply(BlocksRemoved((2,)))
+    state.apply(BlocksStored(1, (b(2),), Tier.HOST))
+    assert state.snapshot() == [
+        BlocksStored(None, (b(1),)),
+        BlocksStored(1, (b(2),), Tier.HOST),
+        BlocksStored(2, (b(3),), Tier.DISK),  # kept although its parent is off the device
+    ]
+    assert len(state) == 3 and list(state) == [1]  # iteration: the device pool's
+
+
 def test_cleared_forgets_everything() -> None:
     state = KvCacheState()
+    state.apply(BlocksStored(None, (b(7),), Tier.DISK))
     events = [BlocksStored(None, (b(1), b(2))), BlocksRemoved((2,))]
     for event in events:
         state.apply(event)

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from tandem.engines.base import SamplingParams
 from tandem.kv.block_hashes import compute_block_names
-from tandem.kv.events import BlocksStored
+from tandem.kv.events import BlocksStored, Tier
 from tandem.router.membership import Member
 from tandem.router.messages import GenerationRequest, RouterConfig
 from tandem.router.metrics import RouterMetrics
@@ -62,8 +62,9 @@ async def eventually(check: Callable[[], bool], within: float = 10.0) -> None:
             await asyncio.sleep(0.01)
 
 
-def cache(worker: InProcessWorker, tokens: list[int]) -> None:
-    worker.publish_kv([BlocksStored(None, tuple(compute_block_names(tokens, KV_BLOCK_SIZE)))])
+def cache(worker: InProcessWorker, tokens: list[int], tier: Tier = Tier.DEVICE) -> None:
+    names = tuple(compute_block_names(tokens, KV_BLOCK_SIZE))
+    worker.publish_kv([BlocksStored(None, names, tier)])
 
 
 @contextlib.asynccontextmanager
@@ -108,6 +109,18 @@ async def test_a_mostly_cached_prompt_prefills_on_its_decode_worker() -> None:
         await eventually(lambda: replica.cached() == {"d1": 1920})
         route = await route_of(replica, "r1")
     assert route.path is PrefillPath.LOCAL and route.decode_worker == "d1"  # type: ignore[attr-defined]
+    assert route.reason is DecisionReason.CACHED_PREFIX  # type: ignore[attr-defined]
+
+
+async def test_a_prompt_held_on_disk_outweighs_a_shorter_one_on_device() -> None:
+    async with cluster({"p1": P, "d1": D, "d2": D}) as (w, _, (replica,)):
+        cache(w["d1"], PROMPT[:640])
+        cache(w["d2"], PROMPT[:1920], Tier.DISK)
+        held = {"d1": {Tier.DEVICE: 640}, "d2": {Tier.DISK: 1920}}
+        await eventually(lambda: replica.router.index.cached_by_tier(PROMPT) == held)
+        route = await route_of(replica, "r1")
+    # d2 would onboard 1920 tokens (worth ~1870 computed ones); d1 would compute 1360.
+    assert route.decode_worker == "d2" and route.path is PrefillPath.LOCAL  # type: ignore[attr-defined]
     assert route.reason is DecisionReason.CACHED_PREFIX  # type: ignore[attr-defined]
 
 

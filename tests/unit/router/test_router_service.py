@@ -244,6 +244,31 @@ async def test_kv_pull_failure_falls_back_to_local_prefill_and_releases(
     assert route.reason is DecisionReason.PREFILL_FAILED
     assert "r1" in fx.ledger.released
     assert tokens(chunks) == expected(request(LONG))
+    # Counted as a handoff that did not happen; this double sends no worker error code,
+    # so never as a refusal for another engine config.
+    assert fx.metric("tandem_router_kv_handoff_failures_total", reason="failed") == 1
+    assert fx.metric("tandem_router_kv_handoff_failures_total", reason="config_mismatch") == 0
+
+
+async def test_a_retry_never_hands_kv_to_a_decode_worker_of_another_revision() -> None:
+    """Mid-rollout: p1 and d1 run the old engine config, d2 the new one. d1 fails before
+    its first token, the retry goes to d2, which could not use p1's KV: the router gives
+    that KV up and prefills on d2 instead of having d2 refuse it."""
+    fx = Fixture({"p1": P, "d1": D, "d2": D})
+    for address, digest in (("p1", "old"), ("d1", "old"), ("d2", "new")):
+        fx.workers[address].config_digest = digest
+    fx.workers["d2"].active = 4  # busier: d1 is the first choice
+    fx.workers["d1"].faults.decode_before_first.append(WorkerErrorKind.UNAVAILABLE)
+    async with running(fx) as router:
+        chunks = await collect(router, request(LONG))
+        await eventually(lambda: fx.ledger.parked == {})
+    route = chunks[0].route
+    assert route is not None and route.decode_worker == "d2"
+    assert (route.path, route.reason) == (PrefillPath.LOCAL, DecisionReason.PREFILL_INCOMPATIBLE)
+    assert fx.workers["p1"].prefill_calls == 1 and "r1" in fx.ledger.released
+    assert fx.workers["d2"].local_prefills == 1
+    assert fx.metric("tandem_router_kv_handoff_failures_total", reason="config_mismatch") == 0
+    assert tokens(chunks) == expected(request(LONG))
 
 
 async def test_busy_decode_workers_mean_429_other_failures_503() -> None:

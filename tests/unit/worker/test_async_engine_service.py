@@ -19,6 +19,7 @@ import pytest
 from tandem.api.validate import load_inference_cluster
 from tandem.engines.base import SamplingParams
 from tandem.engines.trtllm import TrtllmEngine, TrtllmEngineOptions, render_trtllm_config
+from tandem.router.ports import HandoffFailure, classify_handoff_failure
 from tandem.worker.client import WorkerClient
 from tandem.worker.config import WorkerConfig
 from tandem.worker.engine_kv import ENGINE_BACKEND, EngineManagedKv
@@ -229,6 +230,8 @@ async def test_a_bad_handle_fails_the_handoff_and_is_counted() -> None:
                 first=reply.first_token,
             )
         assert failure.value.grpc_status == "ABORTED"
+        assert failure.value.remote_code == "kv_handoff_failed"
+        assert classify_handoff_failure(failure.value) is HandoffFailure.FAILED
         metric = decode.service.metrics.kv_transfer_failures.labels(ENGINE_BACKEND)
         assert metric._value.get() == 1
 

@@ -18,6 +18,7 @@ from tandem.router.membership import Member, StaticMembership
 from tandem.router.messages import GenerationRequest, RouterConfig
 from tandem.router.metrics import RouterMetrics
 from tandem.router.policy import DecisionReason, PolicyConfig, PrefillPath, WorkerRole
+from tandem.router.ports import HandoffFailure, classify_handoff_failure
 from tandem.router.service import Router
 from tandem.worker.client import WorkerClient
 from tandem.worker.errors import WorkerCallError
@@ -58,6 +59,9 @@ async def test_kv_from_another_config_is_refused_counted_and_the_router_falls_ba
             refusal = None
         assert refusal is not None, f"decoded {pulled} from another model's KV"
         assert refusal.grpc_status == "ABORTED"
+        # The status is every handoff failure's; the code sent with it says which.
+        assert refusal.remote_code == "kv_config_mismatch"
+        assert classify_handoff_failure(refusal) is HandoffFailure.CONFIG_MISMATCH
         assert "config" in refusal.message and reply.kv.config_digest in refusal.message
         assert await prefill.client.release("direct") is True
 

@@ -13,7 +13,7 @@ import pytest
 from tandem.api.v1alpha1 import PoolRole
 from tandem.api.validate import load_inference_cluster
 from tandem.security import CredentialsError
-from tandem.worker.contract import ContractError, read_contract
+from tandem.worker.contract import SUPPORTED_CONTRACT_VERSION, ContractError, read_contract
 from tandem.worker.main import build_parser, load_contract, open_credentials, resolve_config
 from tandem.worker.types import Role
 from tandem_operator.render.contract import render_worker_config, worker_command
@@ -93,6 +93,29 @@ def test_a_role_is_required() -> None:
 def test_unusable_documents_are_rejected(document: dict[str, object]) -> None:
     with pytest.raises(ContractError):
         read_contract(document)
+
+
+def test_a_config_from_a_newer_operator_stops_the_worker_in_one_line(tmp_path: Path) -> None:
+    cr = load_inference_cluster(EXAMPLE)
+    document = render_worker_config(cr, PoolRole.DECODE)
+    document["contractVersion"] = SUPPORTED_CONTRACT_VERSION + 1
+    config_file = tmp_path / "decode.json"
+    config_file.write_text(json.dumps(document))
+    result = subprocess.run(
+        [sys.executable, "-m", "tandem.worker", f"--config={config_file}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        f"cannot use worker config {config_file}: worker config contractVersion "
+        f"{SUPPORTED_CONTRACT_VERSION + 1} is newer than this worker reads "
+        f"({SUPPORTED_CONTRACT_VERSION}): run a worker image as new as the operator "
+        "(docs/operator.md, Upgrading)"
+    ]
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "10.0.0.7"])

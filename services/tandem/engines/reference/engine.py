@@ -343,7 +343,12 @@ class ReferenceEngine:
         )
 
     def drain_kv_events(self) -> list[KvCacheEvent]:
-        return [] if self.cache is None else self.cache.drain_events()
+        """The prefix cache's events (the device tier), then the offload tiers' (each
+        list names one tier, so their relative order does not matter)."""
+        events = [] if self.cache is None else self.cache.drain_events()
+        if self.offload is not None:
+            events += self.offload.drain_events()
+        return events
 
     def _available(self) -> int:
         """Free blocks not promised to queued prefills."""

@@ -31,7 +31,7 @@ def open_offload(
         disk_path=Path(config.offload_disk_path) if config.offload_disk_path else None,
     )
     store = OffloadStore(settings, pool.blocks, config.num_layers)
-    cache.on_drop = lambda entry: store.offload(entry.name.block_hash, entry.blocks)
+    cache.on_drop = lambda entry: store.offload(entry.name, entry.parent, entry.blocks)
     return store
 
 

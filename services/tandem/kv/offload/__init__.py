@@ -11,8 +11,8 @@ prefix hit.
   counts what happened (``OffloadStats``).
 """
 
+from tandem.kv.events import Tier
 from tandem.kv.offload.stats import OffloadStats
 from tandem.kv.offload.store import OffloadSettings, OffloadStore
-from tandem.kv.offload.tiers import Tier
 
 __all__ = ["OffloadSettings", "OffloadStats", "OffloadStore", "Tier"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tandem.kv.offload.tiers import Tier
+from tandem.kv.events import Tier
 
 
 @dataclass(frozen=True, slots=True)

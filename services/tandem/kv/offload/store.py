@@ -5,9 +5,11 @@ A *block* here is one prefix-cache entry: the same logical block in every layer,
 allocated at start-up; the disk tier a ``DiskFile`` of slots. Each block's digest
 (``records``) is taken as it leaves the device pool and checked when it comes back, from
 either tier; a damaged block is counted, forgotten and reported as missing, so the
-engine recomputes it. A failed disk write gives up the disk tier until restart (logged
-once, ``disabled`` in the stats): offloading goes on with the tiers left, and no request
-sees the failure.
+engine recomputes it. Every change of tier is also a KV event (``tandem.kv.events``,
+``drain_events``): a block entering a tier is stored there, one leaving it removed, so
+routers see which tier holds what. A failed disk write gives up the disk tier until
+restart (logged once, ``disabled`` in the stats): offloading goes on with the tiers
+left, and no request sees the failure.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from tandem.kv.block_hashes import BlockName
+from tandem.kv.events import BlocksRemoved, BlocksStored, KvCacheEvent, Tier
 from tandem.kv.offload.disk import Chunk, DiskError, DiskFile
 from tandem.kv.offload.records import (
     HEADER,
@@ -31,7 +35,7 @@ from tandem.kv.offload.records import (
     pack_header,
 )
 from tandem.kv.offload.stats import OffloadStats
-from tandem.kv.offload.tiers import TIERS, Move, Tier, TierIndex, plan_offload, plan_onboarding
+from tandem.kv.offload.tiers import TIERS, Move, TierIndex, plan_offload, plan_onboarding
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +72,9 @@ class OffloadStore:
         self._free = {tier: list(range(capacity[tier] - 1, -1, -1)) for tier in TIERS}
         self._slot: dict[int, int] = {}  # block_hash -> its slot in its tier
         self._digest: dict[int, bytes] = {}
+        # block_hash -> (its parent's block_hash, its name): what its events say.
+        self._names: dict[int, tuple[int | None, BlockName]] = {}
+        self._events: list[KvCacheEvent] = []
         logger.info(
             "KV offload: host tier %d blocks (%.0f MiB), disk tier %d blocks (%.0f MiB) in %s",
             capacity[Tier.HOST],
@@ -83,10 +90,16 @@ class OffloadStore:
 
     # -- what the engine calls --------------------------------------------------------
 
-    def offload(self, block_hash: int, physical: Sequence[int]) -> None:
-        """Keep a block the device pool is about to reuse (its bytes are still there)."""
-        for move in plan_offload(self.index, block_hash):
-            self._carry(move, physical)
+    def offload(self, name: BlockName, parent: int | None, physical: Sequence[int]) -> None:
+        """Keep a block the device pool is about to reuse (its bytes are still there);
+        ``parent``: the block_hash of the block before it, None for a prompt's first."""
+        for move in plan_offload(self.index, name.block_hash):
+            self._carry(move, physical, (parent, name))
+
+    def drain_events(self) -> list[KvCacheEvent]:
+        """The tier changes since the previous call, oldest first."""
+        events, self._events = self._events, []
+        return events
 
     def plan(self, hashes: Sequence[int], limit: int) -> list[int]:
         """The leading blocks of ``hashes`` the tiers hold, at most ``limit``."""
@@ -127,7 +140,10 @@ class OffloadStore:
 
     # -- moves ------------------------------------------------------------------------
 
-    def _carry(self, move: Move, physical: Sequence[int]) -> None:
+    def _carry(
+        self, move: Move, physical: Sequence[int], entering: tuple[int | None, BlockName]
+    ) -> None:
+        """Carry out ``move``; ``entering`` names the block leaving the device pool."""
         if move.target is None:
             assert move.source is not None
             self._dropped[move.source] += 1
@@ -147,9 +163,11 @@ class OffloadStore:
                 self._dropped[move.source] += 1
                 self._forget(Move(move.block_hash, move.source, None))
             return
-        if move.source is not None:
+        if move.source is None:
+            self._names[move.block_hash] = entering
+        else:
             self._release(move)
-        self.index.apply(move)
+        self._apply(move)
         self._slot[move.block_hash] = slot
         self._digest[move.block_hash] = digest
         self._offloaded[move.target] += 1
@@ -188,7 +206,21 @@ class OffloadStore:
 
     def _forget(self, move: Move) -> None:
         self._release(move)
+        self._apply(move)
+
+    def _apply(self, move: Move) -> None:
         self.index.apply(move)
+        self._record(move)
+
+    def _record(self, move: Move) -> None:
+        """The KV events of an applied ``move``."""
+        parent, name = self._names[move.block_hash]
+        if move.source is not None:
+            self._events.append(BlocksRemoved((move.block_hash,), move.source))
+        if move.target is not None:
+            self._events.append(BlocksStored(parent, (name,), move.target))
+        else:
+            del self._names[move.block_hash]
 
     def _release(self, move: Move) -> None:
         """Free the slot ``move.block_hash`` held in ``move.source``."""
@@ -208,6 +240,7 @@ class OffloadStore:
         for drop in self.index.disable(Tier.DISK):
             self._dropped[Tier.DISK] += 1
             self._release(drop)
+            self._record(drop)
 
     def _give_up(self, tier: Tier, exc: Exception) -> None:
         """Said once per tier: the log line, and ``disabled`` in the stats."""

@@ -9,18 +9,13 @@ drops it. A disabled tier (capacity 0: its disk failed) is skipped.
 
 from __future__ import annotations
 
-import enum
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tandem.kv.events import LOWER_TIERS, Tier
 
-class Tier(enum.StrEnum):
-    HOST = "host"
-    DISK = "disk"
-
-
-TIERS = (Tier.HOST, Tier.DISK)  # highest (fastest) first
+TIERS = LOWER_TIERS  # the offload tiers, highest (fastest) first
 
 
 @dataclass(frozen=True, slots=True)
