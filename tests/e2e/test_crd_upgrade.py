@@ -93,7 +93,17 @@ def test_crds_upgrade_and_roll_back_under_live_objects(k8s_cluster: DevCluster) 
     cluster = k8s_cluster
     for crd in old_crds().values():
         # As `helm install` does with crds/: created once, by a manager other than ours.
-        cluster.kubectl("create", "--field-manager=helm", "-f", "-", input=yaml.safe_dump(crd))
+        # Earlier tests of the session may have installed today's CRDs already: those are
+        # replaced in place (deleting them would delete every object of theirs).
+        live = cluster.kubectl("get", "crd", crd["metadata"]["name"], "-o", "json", check=False)
+        verb = "create"
+        if live.returncode == 0:
+            # A CRD is only ever updated against the version read (no unconditional PUT).
+            crd["metadata"]["resourceVersion"] = json.loads(live.stdout)["metadata"][
+                "resourceVersion"
+            ]
+            verb = "replace"
+        cluster.kubectl(verb, "--field-manager=helm", "-f", "-", input=yaml.safe_dump(crd))
     for name in (CRD, "workerpools.tandem.dev"):
         cluster.wait_crd_established(name)
     cluster.kubectl("create", "namespace", NAMESPACE)

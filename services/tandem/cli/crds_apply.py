@@ -17,20 +17,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from kubernetes_asyncio import client as kube_client
-from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tandem.api.crd import render_crds
-from tandem.cli.kube import api_client, kubeconfig_path
+from tandem.cli.kube import run_against_cluster
 
 FIELD_MANAGER = "tandem-crds"
-EXIT_FAILED = 1
 EXIT_REFUSED = 3
 _ESTABLISH_TIMEOUT_S = 30.0
 
@@ -111,23 +108,9 @@ async def _wait_established(extensions: Any, name: str) -> None:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    kubeconfig = kubeconfig_path(args.kubeconfig)
-    if not os.path.exists(kubeconfig):
-        print(
-            f"error: no kubeconfig at {kubeconfig} (set KUBECONFIG or --kubeconfig)",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
+    async def apply(api: Any, _namespace: str) -> int:
+        return await apply_crds(api, render_crds(), dry_run=args.dry_run)
 
-    async def main() -> int:
-        api, _ = await api_client(kubeconfig, args.context)
-        async with api:
-            return await apply_crds(api, render_crds(), dry_run=args.dry_run)
-
-    try:
-        return asyncio.run(main())
-    except ApiException as exc:
-        print(f"error: the Kubernetes API answered {exc.status} {exc.reason}", file=sys.stderr)
-    except (OSError, TimeoutError, kube_config.ConfigException) as exc:
-        print(f"error: cannot apply the CRDs: {exc}", file=sys.stderr)
-    return EXIT_FAILED
+    return run_against_cluster(
+        args.kubeconfig, args.context, apply, failing_to="cannot apply the CRDs"
+    )

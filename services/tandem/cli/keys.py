@@ -14,9 +14,7 @@ admins adding keys at once cannot lose one.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
-import os
 import secrets
 import sys
 from collections.abc import Awaitable, Callable
@@ -24,11 +22,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio import client as kube_client
-from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tandem.api.v1alpha1 import GROUP, VERSION
-from tandem.cli.kube import api_client, kubeconfig_path
+from tandem.cli.kube import EXIT_FAILED, run_against_cluster
 from tandem.frontend.api_keys import (
     TENANT,
     KeyRecord,
@@ -40,7 +37,6 @@ from tandem.frontend.api_keys import (
     secret_name,
 )
 
-EXIT_FAILED = 1
 # The Secret is not the operator's child (it would prune it): its own label says whose.
 KEYS_FOR_LABEL = "tandem.dev/api-keys-for"
 CONFLICT_RETRIES = 5
@@ -147,30 +143,18 @@ class _Secrets:
 
 
 def _run(args: argparse.Namespace, work: Callable[[_Secrets], Awaitable[int]]) -> int:
-    kubeconfig = kubeconfig_path(args.kubeconfig)
-    if not os.path.exists(kubeconfig):
-        print(
-            f"error: no kubeconfig at {kubeconfig} (set KUBECONFIG or --kubeconfig)",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
-
-    async def main() -> int:
-        api, namespace = await api_client(kubeconfig, args.context)
-        async with api:
-            store = _Secrets(api, args.namespace or namespace, args.cluster)
+    async def with_store(api: Any, namespace: str) -> int:
+        store = _Secrets(api, args.namespace or namespace, args.cluster)
+        try:
             await store.check_cluster()
             return await work(store)
+        except KeysError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_FAILED
 
-    try:
-        return asyncio.run(main())
-    except KeysError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-    except ApiException as exc:
-        print(f"error: the Kubernetes API answered {exc.status} {exc.reason}", file=sys.stderr)
-    except (OSError, kube_config.ConfigException) as exc:
-        print(f"error: cannot reach Kubernetes: {exc}", file=sys.stderr)
-    return EXIT_FAILED
+    return run_against_cluster(
+        args.kubeconfig, args.context, with_store, failing_to="cannot reach Kubernetes"
+    )
 
 
 def cmd_add(args: argparse.Namespace) -> int:
