@@ -17,8 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import openai
 import pytest
 import yaml
 
+from tandem.devcluster.probes import wait_until
 from tandem.runtime.planning_record import PlanningRecord, read_record
 from tandem.runtime.state import Phase, cluster_dir, read_state
 
@@ -61,13 +61,6 @@ def write_spec(tmp_path: Path) -> Path:
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
-
-
-def wait_for(check: Callable[[], bool], what: str, within: float) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 @dataclass
@@ -114,7 +107,7 @@ def cluster(tmp_path: Path) -> Iterator[Running]:
         return state is not None and state.phase is Phase.RUNNING
 
     try:
-        wait_for(up, "the cluster to run", within=300)
+        wait_until(up, what="the cluster to run", timeout_s=300)
         state = read_state(running.state_dir)
         assert state is not None
         running.endpoint = state.endpoint
@@ -190,14 +183,16 @@ def test_a_planned_cluster_starts_planned_and_rolls_on_drift_without_a_failure(
     sender = threading.Thread(target=traffic.run)
     sender.start()
     try:
-        wait_for(
+        wait_until(
             lambda: (w := cluster.record().workload) is not None and w.observed is not None,
-            "a window of short prompts observed",
-            within=60,
+            what="a window of short prompts observed",
+            timeout_s=60,
         )
         assert cluster.record().workload.outside is None  # type: ignore[union-attr]
         traffic.prompt = long_prompt  # the drift
-        wait_for(lambda: cluster.record().rollouts >= 1, "a re-plan and its roll", within=240)
+        wait_until(
+            lambda: cluster.record().rollouts >= 1, what="a re-plan and its roll", timeout_s=240
+        )
     finally:
         traffic.stop()
         sender.join()
