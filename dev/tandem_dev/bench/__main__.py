@@ -181,15 +181,17 @@ SECTIONS = (
     ),
     Section(
         "adaptive",
-        "Adaptive against static: planning auto vs the best static deployments (simulated GB200)",
+        "Adaptive against static: planning auto vs the best static deployments (simulated GB200, "
+        "B200)",
         "tandem_dev.bench.adaptive",
         "Steady chat, steady 32k RAG, a bursty mix, a diurnal ramp and a drift from 1k to 32k "
         "prompts, replayed in real time by the `openai` client against `tandem up`: the "
         "fewest-GPU static aggregated and disaggregated deployments `tandem plan` finds for "
         "each trace's average load, a hand-written shape under the builtin autoscaler, and "
         "`planning.mode: auto` (plan, autoscale, re-plan and roll). SLO attainment, "
-        "GPU-seconds, goodput tokens/s/GPU, re-plans and rollouts.",
-        6000,  # four rows x five traces of ~4 min each, real time
+        "GPU-seconds, goodput tokens/s/GPU, re-plans and rollouts, on simulated GB200 and "
+        "B200 workers; plots in docs/img/adaptive-*.png.",
+        12000,  # four rows x five traces x two GPUs of ~4.5 min each, real time
     ),
     Section(
         "real-node",

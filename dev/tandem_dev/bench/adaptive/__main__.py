@@ -1,5 +1,6 @@
-"""``python -m tandem_dev.bench.adaptive [--seconds S] [--only TRACE] [--row ROW]``: every
-trace replayed against every row; prints the markdown section (see the package
+"""``python -m tandem_dev.bench.adaptive [--seconds S] [--only TRACE] [--row ROW]
+[--hardware gb200|b200]``: every trace replayed against every row on each hardware; prints
+the markdown section and writes a plot per hardware to docs/img/ (see the package
 docstring)."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from tandem.sim.spec_plan import describe_shape
 from tandem.tokenization.harmony import HarmonyTokenizer, load_harmony_tokenizer
 from tandem_dev.autoscale_sim.traces import Trace, generate_arrivals
 from tandem_dev.bench.adaptive.judge import RowFigures, judge_row
-from tandem_dev.bench.adaptive.report import TraceRows, render_report
+from tandem_dev.bench.adaptive.report import TraceRows, plot_attainment, render_report
 from tandem_dev.bench.adaptive.rows import (
     AUTOSCALING,
     PLANNING,
@@ -36,38 +37,45 @@ from tandem_dev.bench.autoscale_live.__main__ import build_prompts
 from tandem_dev.bench.autoscale_live.replay import replay
 from tandem_dev.bench.autoscale_live.report import SEED, SLO
 
+HARDWARE = ("gb200", "b200")
+IMAGES = Path("docs/img")
 
-def render_row(row: str, name: str, workload: AverageWorkload) -> tuple[dict[str, Any], str] | None:
+
+def render_row(
+    row: str, name: str, workload: AverageWorkload, profile: str
+) -> tuple[dict[str, Any], str] | None:
     """The row's InferenceCluster and its shape in words; None when no static deployment
     of that layout meets the SLO within the budget."""
     if row == AUTOSCALING:
-        return render_base(name, workload), "1P+1D, autoscaled"
+        return render_base(name, workload, profile), "1P+1D, autoscaled"
     if row == PLANNING:
-        return render_planned(name, workload), "planned"
-    candidate = choose_static(render_base(name, workload))[row]
+        return render_planned(name, workload, profile), "planned"
+    candidate = choose_static(render_base(name, workload, profile))[row]
     if candidate is None:
         return None
-    return render_static(name, workload, candidate), describe_shape(candidate)
+    return render_static(name, workload, profile, candidate), describe_shape(candidate)
 
 
 def run_trace(
-    home: Path, trace: Trace, rows: Sequence[str], tokenizer: HarmonyTokenizer
+    home: Path, profile: str, trace: Trace, rows: Sequence[str], tokenizer: HarmonyTokenizer
 ) -> TraceRows:
     arrivals = generate_arrivals(trace, SEED)
     prompts = build_prompts(tokenizer, arrivals)
     workload = average_workload(arrivals, trace.duration_seconds)
     results: list[tuple[str, RowFigures | None]] = []
     for index, row in enumerate(rows):
-        name = f"adaptive-{trace.name}-{index}"
-        rendered = render_row(row, name, workload)
+        name = f"adaptive-{profile}-{trace.name}-{index}"
+        rendered = render_row(row, name, workload, profile)
         if rendered is None:
             results.append((row, None))
             continue
         document, shape = rendered
         run = replay(home, name, document, arrivals, prompts, trace.duration_seconds)
         planning = read_record(cluster_dir(name, home))
-        results.append((row, judge_row(run, trace.duration_seconds, SLO, planning, shape)))
-    return TraceRows(trace, workload, results)
+        figures = judge_row(run, trace.duration_seconds, SLO, planning, shape)
+        print(f"adaptive: {profile} {trace.name} {row}: {figures}", file=sys.stderr, flush=True)
+        results.append((row, figures))
+    return TraceRows(profile, trace, workload, results)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies every rate")
     parser.add_argument("--only", action="append", help="trace names to run")
     parser.add_argument("--row", action="append", choices=ROWS, help="rows to run")
+    parser.add_argument("--hardware", action="append", choices=HARDWARE, help="GPUs simulated")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     traces = [
@@ -86,8 +95,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = [r for r in ROWS if not args.row or r in args.row]
     tokenizer = load_harmony_tokenizer()
     started = time.monotonic()
+    results = []
     with tempfile.TemporaryDirectory(prefix="tandem-adaptive-") as tmp:
-        results = [run_trace(Path(tmp), trace, rows, tokenizer) for trace in traces]
+        for profile in args.hardware or HARDWARE:
+            ran = [run_trace(Path(tmp), profile, trace, rows, tokenizer) for trace in traces]
+            plot_attainment(IMAGES / f"adaptive-{profile}.png", ran)
+            results += ran
     print(render_report(results, args.seconds, time.monotonic() - started))
     return 0
 

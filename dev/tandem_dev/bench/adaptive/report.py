@@ -1,18 +1,21 @@
-"""The section's markdown (pure): one table per trace, a row per deployment."""
+"""The section's markdown (pure): one table per trace and hardware, a row per deployment,
+the targets judged under each; and its plot (attainment against GPU-seconds)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from tandem_dev.autoscale_sim.traces import Trace
-from tandem_dev.bench.adaptive.judge import RowFigures
+from tandem_dev.bench.adaptive.judge import RowFigures, judge_targets
 from tandem_dev.bench.adaptive.rows import AverageWorkload
 from tandem_dev.bench.autoscale_live.report import SLO
 
 
 @dataclass(frozen=True, slots=True)
 class TraceRows:
+    profile: str  # the simulated hardware
     trace: Trace
     workload: AverageWorkload
     rows: Sequence[tuple[str, RowFigures | None]]  # None: no such deployment fits
@@ -25,7 +28,7 @@ def _count(value: int | None) -> str:
 def render_trace(result: TraceRows) -> str:
     w = result.workload
     lines = [
-        f"**{result.trace.name}**: {result.trace.description} "
+        f"**{result.trace.name}, {result.profile.upper()}**: {result.trace.description} "
         f"(average: ISL {w.isl:,}, p90 {w.isl_p90:,}, OSL {w.osl}, {w.requests_per_second:g} "
         "req/s)",
         "",
@@ -43,14 +46,43 @@ def render_trace(result: TraceRows) -> str:
             f"{f.goodput_per_gpu:.1f} | {f.requests} ({f.failed}) | {_count(f.replans)} | "
             f"{_count(f.rollouts)} |"
         )
-    return "\n".join(lines)
+    target = judge_targets(result.trace.name, dict(result.rows))
+    return "\n".join([*lines, "", f"Target: {target}."])
 
 
 def render_report(results: Sequence[TraceRows], seconds: float, wall_s: float) -> str:
     header = (
         f"SLO: TTFT p90 <= {SLO.ttft_p90_s:g} s, ITL p90 <= {SLO.itl_p90_s * 1e3:g} ms; each "
-        f"trace {seconds:.0f} s in real time; GPU budget 4 prefill + 2 decode TP1 workers. "
+        f"trace {seconds:.0f} s in real time; GPU budget 4 prefill + 2 decode TP1 workers of "
+        f"the simulated engine (gpt-oss-120b, fp8 KV). "
         f"Static rows: `tandem plan`'s search for the trace's average load, one layout each. "
         f"Run took {wall_s:.0f} s."
     )
     return "\n\n".join([header, *(render_trace(r) for r in results)])
+
+
+def plot_attainment(path: Path, results: Sequence[TraceRows]) -> None:
+    """One panel per trace: each deployment's attainment against its GPU-seconds, the 95%
+    line across (one hardware's results)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(results), figsize=(3.2 * len(results), 3.4), squeeze=False)
+    markers = {"static aggregated": "s", "static disaggregated": "D", "autoscaling": "^"}
+    for panel, result in zip(axes[0], results, strict=True):
+        for name, figures in result.rows:
+            if figures is not None:
+                panel.plot(figures.gpu_seconds, figures.attainment * 100,
+                           markers.get(name, "o"), markersize=8, label=name)  # fmt: skip
+        panel.axhline(95, color="grey", linestyle="--", linewidth=0.8)
+        panel.set_title(f"{result.trace.name} ({result.profile.upper()})", fontsize=9)
+        panel.set_xlabel("GPU-seconds")
+        panel.grid(alpha=0.3)
+    axes[0][0].set_ylabel("requests within the SLO (%)")
+    axes[0][-1].legend(fontsize=7, loc="lower right")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

@@ -1,7 +1,7 @@
 """The deployments each trace is replayed against (pure).
 
-All four share the autoscale section's base (``autoscale_live``: TP1 simulated GB200
-workers at real time, conditional disaggregation at 2,048 tokens, at most 4 prefill and
+All four share the autoscale section's base (``autoscale_live``: TP1 simulated GB200 or
+B200 workers at real time, conditional disaggregation at 2,048 tokens, at most 4 prefill and
 2 decode workers: the GPU budget) and are sized for the trace's average load
 (:func:`average_workload`). The static rows are ``tandem plan``'s search
 (``tandem.sim.planner.recommend``) within that budget, one layout at a time.
@@ -69,18 +69,18 @@ def average_workload(arrivals: Sequence[Arrival], seconds: float) -> AverageWork
     return AverageWorkload(isl, max(isl, p90), OUTPUT_TOKENS, rate)
 
 
-def render_base(name: str, workload: AverageWorkload) -> dict[str, Any]:
-    """The autoscale section's hand-written 1P+1D under its default policy, with the SLO
-    and the trace's average workload."""
-    document = render_live_cluster(name, VARIANTS[0])
+def render_base(name: str, workload: AverageWorkload, profile: str) -> dict[str, Any]:
+    """The autoscale section's hand-written 1P+1D under its default policy on ``profile``'s
+    simulated workers, with the SLO and the trace's average workload."""
+    document = render_live_cluster(name, VARIANTS[0], profile)
     spec = document["spec"]
     spec["slo"] = {"ttftP90Seconds": SLO.ttft_p90_s, "itlP90Seconds": SLO.itl_p90_s}
     spec["workload"] = workload.to_wire()
     return document
 
 
-def render_planned(name: str, workload: AverageWorkload) -> dict[str, Any]:
-    document = render_base(name, workload)
+def render_planned(name: str, workload: AverageWorkload, profile: str) -> dict[str, Any]:
+    document = render_base(name, workload, profile)
     document["spec"]["planning"] = {"mode": "auto", "replan": REPLAN}
     return document
 
@@ -119,9 +119,11 @@ def _first_split_meeting(workload: Workload, setup: Setup, limits: Limits) -> Ca
     return None
 
 
-def render_static(name: str, workload: AverageWorkload, candidate: Candidate) -> dict[str, Any]:
+def render_static(
+    name: str, workload: AverageWorkload, profile: str, candidate: Candidate
+) -> dict[str, Any]:
     """``candidate``'s pools, fixed: no autoscaling, no planning."""
-    document = render_base(name, workload)
+    document = render_base(name, workload, profile)
     spec = document["spec"]
     spec.pop("autoscaling")
     spec["prefill"].update(

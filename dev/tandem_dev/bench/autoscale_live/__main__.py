@@ -67,10 +67,10 @@ VARIANTS = (
 )
 
 
-def prefill_target_tokens_per_second(share: float) -> int:
+def prefill_target_tokens_per_second(share: float, profile: str = PROFILE) -> int:
     """``share`` of one worker's modelled prefill rate on 32k prompts (on the clock its
     simulated workers run on)."""
-    config = SimulatedConfig.from_options({"accelerator": PROFILE, "kv_cache_dtype": "fp8"})
+    config = SimulatedConfig.from_options({"accelerator": profile, "kv_cache_dtype": "fp8"})
     return int(share * 32768 / compute_prefill_seconds(config.clock, 32768, 8192))
 
 
@@ -87,15 +87,16 @@ def cluster_name(trace: Trace, variant: Variant) -> str:
     return name if start_wait is None else f"{name}-{start_wait:g}"
 
 
-def render_live_cluster(name: str, variant: Variant) -> dict[str, Any]:
-    """The goodput section's deployment (TP1 simulated GB200 workers, conditional
-    disaggregation at 2,048 tokens, real time), its pools free to scale."""
-    document = render_cluster(name, PROFILE, Split(1, 1), 1.0)
+def render_live_cluster(name: str, variant: Variant, profile: str = PROFILE) -> dict[str, Any]:
+    """The goodput section's deployment (TP1 simulated workers, GB200 unless ``profile``
+    says otherwise, conditional disaggregation at 2,048 tokens, real time), its pools free
+    to scale."""
+    document = render_cluster(name, profile, Split(1, 1), 1.0)
     spec = document["spec"]
     floor = variant.prefill_floor
     spec["prefill"].update({"replicas": 1, "minReplicas": floor, "maxReplicas": MAX_PREFILL})
     spec["decode"].update({"replicas": 1, "minReplicas": 1, "maxReplicas": MAX_DECODE})
-    target = prefill_target_tokens_per_second(variant.target_share)
+    target = prefill_target_tokens_per_second(variant.target_share, profile)
     wait = variant.max_prefill_wait_seconds
     disaggregation = spec.setdefault("frontend", {}).setdefault("disaggregation", {})
     if wait is not None:

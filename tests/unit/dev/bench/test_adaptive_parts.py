@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tandem.api.v1alpha1 import InferenceCluster, PlanningMode
@@ -9,7 +11,8 @@ from tandem.runtime.planning_record import PlanningRecord
 from tandem.sim.metrics import Slo
 from tandem.sim.planner import Candidate
 from tandem_dev.autoscale_sim.traces import Arrival, generate_arrivals
-from tandem_dev.bench.adaptive.judge import judge_row
+from tandem_dev.bench.adaptive.judge import RowFigures, judge_row, judge_targets
+from tandem_dev.bench.adaptive.report import TraceRows, plot_attainment
 from tandem_dev.bench.adaptive.rows import average_workload, render_planned, render_static
 from tandem_dev.bench.adaptive.traces import build_adaptive_traces
 from tandem_dev.bench.autoscale_live.replay import LiveRun, Served, WorkerSample
@@ -38,12 +41,13 @@ def test_the_average_workload_is_the_median_prompt_and_the_mean_rate_rounded_up(
 def test_rows_render_valid_clusters_static_fixed_and_planned_auto() -> None:
     workload = average_workload([Arrival(0, 1024, 64)], 1.0)
     static = InferenceCluster.model_validate(
-        render_static("s", workload, Candidate(1, 2, 1, 1, max_num_tokens=4096))
+        render_static("s", workload, "b200", Candidate(1, 2, 1, 1, max_num_tokens=4096))
     )
     assert (static.spec.prefill.max_replicas, static.spec.decode.replicas) == (1, 2)
     assert not static.spec.autoscaling.enabled
+    assert static.spec.accelerator.profile == "b200"
     assert static.spec.engine.options.as_dict()["max_num_tokens"] == 4096
-    planned = InferenceCluster.model_validate(render_planned("p", workload))
+    planned = InferenceCluster.model_validate(render_planned("p", workload, "gb200"))
     assert planned.spec.planning.mode is PlanningMode.AUTO
     assert planned.spec.autoscaling.enabled
 
@@ -64,3 +68,40 @@ def test_a_rows_figures_count_gpu_seconds_goodput_and_its_rollouts() -> None:
     assert figures.goodput_per_gpu == pytest.approx(10 / 15)
     assert (figures.requests, figures.failed) == (3, 1)
     assert (figures.rollouts, figures.replans, figures.shape) == (1, None, "1(TP1) agg")
+
+
+def _figures(attainment: float, gpu_seconds: float) -> RowFigures:
+    return RowFigures(attainment, gpu_seconds, 0.0, 100, 0, None, None, "")
+
+
+def test_planning_must_meet_95_percent_on_at_most_0_8x_the_cheapest_static_that_does() -> None:
+    rows = {
+        "static aggregated": _figures(0.99, 1000),
+        "static disaggregated": _figures(0.96, 800),  # the cheapest that meets: the bar
+        "planning auto": _figures(0.97, 640),  # 0.8x
+    }
+    assert judge_targets("bursty", rows).startswith("met: 97.0% within SLO on 0.80x")
+    assert "static disaggregated (96.0%)" in judge_targets("bursty", rows)
+    rows["planning auto"] = _figures(0.97, 700)
+    assert judge_targets("bursty", rows).startswith("missed")
+    assert judge_targets("chat", rows).startswith("met")  # steady: within 1.05x
+    rows["planning auto"] = _figures(0.94, 500)
+    assert judge_targets("chat", rows).startswith("missed")
+
+
+def test_when_no_static_meets_planning_must_serve_more_on_no_more_gpu_seconds() -> None:
+    rows = {"static aggregated": _figures(0.80, 900), "static disaggregated": None}
+    rows["planning auto"] = _figures(0.90, 900)
+    assert judge_targets("drift", rows).startswith("met (more served")
+    rows["planning auto"] = _figures(0.90, 950)
+    assert judge_targets("drift", rows).startswith("missed")
+    assert judge_targets("drift", {"planning auto": None}).startswith("not judged")
+
+
+def test_the_plot_is_written_with_a_panel_per_trace(tmp_path: Path) -> None:
+    traces = build_adaptive_traces(120)[:2]
+    workload = average_workload([Arrival(0, 1024, 64)], 1.0)
+    rows = [("static aggregated", _figures(0.99, 100)), ("planning auto", None)]
+    path = tmp_path / "img" / "adaptive-gb200.png"
+    plot_attainment(path, [TraceRows("gb200", t, workload, rows) for t in traces])
+    assert path.read_bytes().startswith(b"\x89PNG")
