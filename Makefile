@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 NO_DEPS := images/no-deps-requirements.txt images/no-deps-harmony-requirements.txt
 PYTEST_ARGS ?=
 
-.PHONY: venv lint test test-unit test-integration test-e2e cluster-build promtool-build jaeger-build host-packages up down demo crds check-crds proto bench soak clean
+.PHONY: venv lint test test-unit test-integration test-e2e cluster-build promtool-build jaeger-build lws-build host-packages up down demo crds check-crds proto bench soak clean
 
 # The venv is rebuilt when pyproject.toml changes. NIXL goes in --no-deps: the meta
 # package would otherwise pull CUDA torch and ~3 GB of NVIDIA libraries we do not use on CPU.
@@ -58,6 +58,11 @@ promtool-build:
 jaeger-build:
 	tests/tracing/build-jaeger.sh
 
+# The LeaderWorkerSet controller and its CRDs (sigs.k8s.io/lws), which the dev cluster runs
+# with --with-lws; its own module and stamp, like Jaeger's.
+lws-build:
+	tests/lws/build-lws.sh
+
 # Debian packages of the real test node (containerd, runc, CNI plugins, iptables, ...);
 # a no-op when all are installed, otherwise needs root (CI runs as root).
 host-packages:
@@ -66,7 +71,7 @@ host-packages:
 # The README's test command: lint, then every tier (unit, integration, e2e on the real
 # control plane built from Go modules). The 25 slowest tests are listed at the end: the
 # whole run must stay under 45 minutes from a cold clone.
-test: $(STAMP) cluster-build promtool-build jaeger-build host-packages images
+test: $(STAMP) cluster-build promtool-build jaeger-build lws-build host-packages images
 	$(MAKE) lint
 	@mkdir -p build
 	TANDEM_TEST_PROGRESS=$(CURDIR)/build/pytest-current $(BIN)/pytest -q --durations=25 $(PYTEST_ARGS) || { \
@@ -79,7 +84,7 @@ test-unit: $(STAMP)
 test-integration: $(STAMP) jaeger-build
 	$(BIN)/pytest -q tests/integration $(PYTEST_ARGS)
 
-test-e2e: $(STAMP) cluster-build host-packages
+test-e2e: $(STAMP) cluster-build lws-build host-packages
 	$(BIN)/pytest -q tests/e2e $(PYTEST_ARGS)
 
 # The README's main-job command: a local InferenceCluster serving SmolLM2-135M-Instruct on

@@ -1,8 +1,9 @@
 """The e2e tier runs against one real control plane per session (tests/cluster).
 
-``k8s_cluster`` builds the binaries if needed (tests/cluster/build.sh, a no-op when its
-stamp matches), starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
-kwok with the ``default`` node profile, and stops them at the end of the session. When a
+``k8s_cluster`` builds the binaries if needed (tests/cluster/build.sh and
+tests/lws/build-lws.sh, no-ops when their stamps match), starts etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, kwok and the LeaderWorkerSet controller with the
+``default`` node profile, and stops them at the end of the session. When a
 test that used the cluster fails, the tails of the component logs are attached to its
 report; the full logs stay in the session's temporary directory. ``e2e_cluster`` wraps it
 with the kubectl reads and InferenceCluster checks the e2e modules share.
@@ -51,15 +52,17 @@ BUILD_TIMEOUT_S = 3600
 
 @cache
 def _build() -> str | None:
-    """Run tests/cluster/build.sh once per session; the error text if it failed."""
+    """Run tests/cluster/build.sh and tests/lws/build-lws.sh (the LeaderWorkerSet
+    controller) once per session; the error text if one failed."""
     script = find_build_script()
     if script is None:
-        return None  # installed outside a checkout: rely on TANDEM_CLUSTER_BIN
-    result = subprocess.run(
-        [str(script)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False
-    )
-    if result.returncode != 0:
-        return f"{script} failed ({result.returncode}):\n{result.stderr[-4000:]}"
+        return None  # installed outside a checkout: rely on TANDEM_CLUSTER_BIN, _LWS_BIN
+    for build in (script, script.parent.parent / "lws" / "build-lws.sh"):
+        result = subprocess.run(
+            [str(build)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False
+        )
+        if result.returncode != 0:
+            return f"{build} failed ({result.returncode}):\n{result.stderr[-4000:]}"
     return None
 
 
@@ -110,8 +113,8 @@ def k8s_cluster(
             state_dir=tmp_path_factory.mktemp("devcluster"),
             profile="default",
             bin_dir=cluster_binaries.bin_dir,
-            # Later tiers render LeaderWorkerSets; install the CRD whenever it was built.
-            with_lws=cluster_binaries.lws_crd is not None,
+            # Later tiers render LeaderWorkerSets.
+            with_lws=True,
             # A crashed or killed pytest must not leave a control plane running.
             tie_to_parent=True,
         )
@@ -148,7 +151,7 @@ class RealNodeSlot:
                     state_dir=self._base / f"real-{self._starts}",
                     profile="real",
                     bin_dir=self._binaries.bin_dir,
-                    with_lws=self._binaries.lws_crd is not None,
+                    with_lws=True,
                     # A killed pytest takes the control plane with it, and the real
                     # node's supervisor tears the node down when it sees us gone.
                     tie_to_parent=True,

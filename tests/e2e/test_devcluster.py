@@ -276,11 +276,7 @@ def test_crd_cel_rule_rejects_an_invalid_object_naming_the_field(
     assert stored == ["widget.e2e.tandem.dev/ok"]
 
 
-def test_leaderworkerset_crd_is_installed_when_built(
-    k8s_cluster: DevCluster, namespace: str
-) -> None:
-    if not k8s_cluster.state.with_lws:
-        pytest.skip("tests/cluster/build.sh could not fetch sigs.k8s.io/lws")
+def test_leaderworkerset_crd_is_installed(k8s_cluster: DevCluster, namespace: str) -> None:
     lws = {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ import httpx
 import pytest
 import yaml
 
+from tandem.devcluster.probes import wait_until
 from tandem.runtime.scaling_record import AutoscalingRecord, ScaleEvent, read_record
 from tandem.runtime.state import Phase, cluster_dir, read_state
 
@@ -54,13 +54,6 @@ def write_spec(tmp_path: Path, spec: dict[str, Any]) -> Path:
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
-
-
-def wait_for(check: Callable[[], bool], what: str, within: float = 90.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 @dataclass
@@ -114,7 +107,7 @@ def start(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], LocalCluster]]:
             state = read_state(cluster.state_dir)
             return state is not None and state.phase is Phase.RUNNING
 
-        wait_for(running, "the cluster to run")
+        wait_until(running, timeout_s=90, what="the cluster to run")
         state = read_state(cluster.state_dir)
         assert state is not None
         cluster.endpoint = state.endpoint
@@ -223,7 +216,7 @@ def test_a_burst_scales_prefill_up_within_two_intervals_and_back_to_zero(
         to_zero = any(e.to_replicas == 0 for e in cluster.scale_events("prefill", t0))
         return to_zero and cluster.pool_size("prefill") == 0
 
-    wait_for(at_zero, "prefill to drain to zero")
+    wait_until(at_zero, timeout_s=90, what="prefill to drain to zero")
     record = cluster.record()
     down = [e for e in cluster.scale_events("prefill", t0) if e.to_replicas < e.from_replicas]
     last_busy, last_busy_at = max(busy_rounds(record, "prefill"))
@@ -296,10 +289,14 @@ def test_a_scale_down_under_load_fails_no_request(
             drained = [e for e in events if e.kind == "drained" and e.pool == "decode"]
             return cluster.pool_size("decode") == 1 and len(drained) >= 2
 
-        wait_for(settled, "the decode pool to drain down to one worker", within=180)
+        wait_until(settled, timeout_s=180, what="the decode pool to drain down to one worker")
         # A few more requests on the one worker left, then stop the clients.
         done_at = outcomes.ok + len(outcomes.failed)
-        wait_for(lambda: outcomes.ok + len(outcomes.failed) >= done_at + 6, "more requests")
+        wait_until(
+            lambda: outcomes.ok + len(outcomes.failed) >= done_at + 6,
+            timeout_s=90,
+            what="more requests",
+        )
     finally:
         stop.set()
         for thread in clients:

@@ -5,12 +5,13 @@
 # PrometheusRule) from the pinned prometheus-operator module into tests/monitoring/bin/crds/.
 # tests/unit/chart/test_monitoring.py uses both.
 #
-# Idempotent: when the stamp (hash of go.mod/go.sum, this script, the versions and the Go
-# version) matches and every output exists, it does nothing. A cold build (empty Go module
-# and build caches) took 9.5 minutes on 2 cores shared with another Go build (about a
-# minute of it downloading modules); every checkout on a machine shares the last build
-# through a cache keyed by the stamp ($TANDEM_BUILD_CACHE, default ~/.cache/tandem), so a
-# fresh clone copies promtool instead of building it.
+# Idempotent: when the stamp (hash of go.mod/go.sum, this script, the shared cache helper,
+# the versions and the Go version) matches and every output exists, it does nothing. A cold
+# build (empty Go module and build caches) took 9.5 minutes on 2 cores shared with another
+# Go build (about a minute of it downloading modules); every checkout on a machine shares
+# the last build through a cache keyed by the stamp ($TANDEM_BUILD_CACHE, default
+# ~/.cache/tandem; tests/lib/build-cache.sh), so a fresh clone copies promtool instead of
+# building it.
 #
 #   tests/monitoring/build-promtool.sh           build if needed
 #   tests/monitoring/build-promtool.sh --force   rebuild regardless of the stamp
@@ -29,6 +30,7 @@ BUILD_TAGS=remove_all_sd
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 BIN="$HERE/bin"
 STAMP="$HERE/.stamp"
+CACHE_NAME=promtool-bin
 export GOTOOLCHAIN=local
 export GOFLAGS=-mod=readonly
 export PATH="/usr/local/go/bin:$PATH"
@@ -51,45 +53,15 @@ for crd in "${CRDS[@]}"; do
   OUTPUTS+=("crds/monitoring.coreos.com_$crd.yaml")
 done
 
-compute_stamp() {
-  {
-    cat "$HERE/go.mod" "$HERE/go.sum" "$HERE/build-promtool.sh"
-    echo "$PROMETHEUS_VERSION $PROMETHEUS_OPERATOR_VERSION $BUILD_TAGS $GO_VERSION"
-  } | sha256sum | cut -d' ' -f1
-}
+# shellcheck source=../lib/build-cache.sh
+source "$HERE/../lib/build-cache.sh"
 
-all_outputs_exist() {
-  local f
-  for f in "${OUTPUTS[@]}"; do
-    [[ -s "$BIN/$f" ]] || return 1
-  done
-}
-
-want="$(compute_stamp)"
-if [[ $FORCE -eq 0 && -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]] && all_outputs_exist; then
-  log "up to date (stamp $want), nothing to do"
-  exit 0
-fi
-
-CACHE="${TANDEM_BUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tandem}/promtool-bin"
-# Hard links where the cache shares the checkout's filesystem, copies elsewhere.
-copy_outputs() { # from to
-  local f
-  for f in "${OUTPUTS[@]}"; do
-    mkdir -p "$(dirname "$2/$f")"
-    rm -f "$2/$f"
-    cp -l "$1/$f" "$2/$f" 2>/dev/null || cp -p "$1/$f" "$2/$f"
-  done
-}
-if [[ $FORCE -eq 0 && -f "$CACHE/$want/.complete" ]]; then
-  rm -f "$STAMP"
-  copy_outputs "$CACHE/$want" "$BIN"
-  if all_outputs_exist; then
-    echo "$want" >"$STAMP"
-    log "restored from $CACHE/$want (stamp $want), nothing to build"
-    exit 0
-  fi
-fi
+want="$(
+  cat "$HERE/go.mod" "$HERE/go.sum" "$HERE/build-promtool.sh" "$HERE/../lib/build-cache.sh"
+  echo "$PROMETHEUS_VERSION $PROMETHEUS_OPERATOR_VERSION $BUILD_TAGS $GO_VERSION"
+)"
+want="$(sha256sum <<<"$want" | cut -d' ' -f1)"
+exit_if_current "$want" "$FORCE"
 
 got="$(cd "$HERE" && go list -m -f '{{.Version}}' github.com/prometheus/prometheus)"
 [[ "$got" == "$PROMETHEUS_VERSION" ]] ||
@@ -126,10 +98,5 @@ done
 log "copied the ${CRDS[*]} CRDs from $module@$PROMETHEUS_OPERATOR_VERSION"
 
 log "  $("$BIN/promtool" --version 2>&1 | head -n1)"
-echo "$want" >"$STAMP"
-# Keep this build for other checkouts of this machine (only the newest stamp's).
-if mkdir -p "$CACHE" 2>/dev/null; then
-  find "$CACHE" -mindepth 1 -maxdepth 1 -type d ! -name "$want" -exec rm -rf {} +
-  copy_outputs "$BIN" "$CACHE/$want" && touch "$CACHE/$want/.complete"
-fi
+record_build "$want"
 log "done in $((SECONDS - started))s"

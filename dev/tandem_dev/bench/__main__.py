@@ -67,6 +67,21 @@ SECTIONS = (
         1800,
     ),
     Section(
+        "kv-offload",
+        "KV offload tiers: with and without offload, KV-event routing vs round-robin "
+        "(long multi-turn chats, SmolLM2)",
+        "tandem_dev.bench.kv_offload",
+        "Real processes as `tandem up` plans them: per row, 2 reference-engine workers on "
+        "SmolLM2-135M-Instruct prefilling their own prompts, and the real frontend. An "
+        "agent's chats behind a ~1,000-token system prompt, each turn adding a ~300-token "
+        "tool output to the history, sent one request at a time through the `openai` "
+        "client; device KV pools sized so the chats' working set is over 4x a fleet's, "
+        "evicted KV going to a host tier and a disk tier (NIXL POSIX). TTFT and prompt "
+        "tokens computed for KV-event routing with offload and without, and round-robin "
+        "with offload; greedy answers compared across rows (issue 37).",
+        2700,
+    ),
+    Section(
         "kv-index",
         "Router overhead with Dynamo's radix index populated (8k/32k prompts), index updates",
         "tandem_dev.bench.kv_index",

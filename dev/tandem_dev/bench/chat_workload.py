@@ -1,9 +1,11 @@
-"""The KV-routing benchmark's workload and the figures it reads back (pure functions).
+"""The KV benchmarks' chat workloads and the figures they read back (pure functions).
 
 A support desk: one long system prompt (numbered house rules, the same for every chat)
 and several customers, each asking a few questions in one conversation. Text is
 generated from a seed, so every routing policy is measured on the same chats; the
-answers come from the model at run time (greedy, so they repeat as well).
+answers come from the model at run time (greedy, so they repeat as well). The KV-offload
+benchmark's desk is an agent: each question arrives with a diagnostics tool's output,
+which the conversation keeps, so its history grows by a tool output every turn.
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ _SYMPTOMS = (
     "stopped charging", "keeps restarting", "shows a red light", "lost its settings",
     "makes a clicking noise", "will not pair", "drains too fast", "runs hot",
     "shows the wrong time", "disconnects every hour", "cannot update", "is very slow",
+)  # fmt: skip
+
+_EVENTS = (
+    "reading out of range", "retry", "timeout", "checksum mismatch", "reconnect",
+    "voltage drop", "temperature warning", "watchdog reset", "queue full", "link down",
 )  # fmt: skip
 
 
@@ -75,6 +82,31 @@ def build_chat_workload(
             )
         )
     return ChatWorkload("\n".join(lines), tuple(chats))
+
+
+def build_tool_chat_workload(
+    conversations: int, turns: int, *, rules: int = 40, log_lines: int = 12, seed: int = 0
+) -> ChatWorkload:
+    """``build_chat_workload``'s chats, each user message followed by a diagnostics
+    tool's output of ``log_lines`` log lines (about 25 SmolLM2 tokens each). Every log
+    is distinct."""
+    desk = build_chat_workload(conversations, turns, rules=rules, seed=seed)
+    rng = random.Random(f"tool output {seed}")
+    chats = []
+    for messages in desk.conversations:
+        chats.append(
+            tuple(
+                f"{message}\nOutput of the diagnostics tool:\n"
+                + "\n".join(
+                    f"{rng.randrange(24):02d}:{rng.randrange(60):02d}:{rng.randrange(60):02d} "
+                    f"{rng.choice(_PARTS)}: {rng.choice(_EVENTS)}, code "
+                    f"{rng.randrange(100, 1000)}, attempt {rng.randrange(1, 10)}"
+                    for _ in range(log_lines)
+                )
+                for message in messages
+            )
+        )
+    return ChatWorkload(desk.system, tuple(chats))
 
 
 def interleave_turns(conversations: int, turns: int) -> list[tuple[int, int]]:

@@ -35,8 +35,6 @@ import dataclasses
 import os
 import sys
 import tempfile
-import time
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +47,16 @@ from tandem.api.validate import parse_inference_cluster
 from tandem.devcluster.ports import allocate_ports
 from tandem.kv import nixl_available
 from tandem.models.catalog import SMOLLM2_SOURCE
-from tandem.runtime.plan import LocalPlan, plan_local
+from tandem.security import issue
+from tandem.security.credentials import utc_now
+from tandem_dev.bench.chat_fleet import (
+    SERVED,
+    WorkerCounts,
+    ask,
+    diff_counts,
+    scrape,
+    write_plan,
+)
 from tandem_dev.bench.chat_workload import (
     ChatWorkload,
     add_counts,
@@ -61,7 +68,6 @@ from tandem_dev.bench.chat_workload import (
 )
 from tandem_dev.bench.local_fleet import FRONTEND, run_frontends, run_workers
 
-SERVED = "smollm2"
 ANCHOR_TTFT_SPEEDUP = 2.0  # Baseten's production figure for Dynamo's KV routing
 CONVERSATIONS = 3
 TURNS = 3
@@ -143,55 +149,6 @@ def cluster_spec(routing: RoutingPolicy) -> InferenceCluster:
     return parse_inference_cluster(doc, "kv-routing benchmark")
 
 
-def _plan(case: Case, state_dir: Path, worker_ports: Sequence[int]) -> LocalPlan:
-    """``tandem up``'s plan for the case's cluster (the workers' part is the same for
-    every case); its documents written."""
-    plan = plan_local(
-        cluster_spec(case.routing),
-        state_dir=state_dir,
-        frontend_port=allocate_ports(1)[0],
-        worker_ports=worker_ports,
-        python=sys.executable,
-    )
-    (state_dir / "logs").mkdir(parents=True, exist_ok=True)
-    for path, text in plan.documents.items():
-        path.write_text(text)
-    return plan
-
-
-def _scrape(urls: Sequence[str]) -> list[str]:
-    texts = []
-    for url in urls:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            texts.append(response.read().decode())
-    return texts
-
-
-@dataclass(frozen=True, slots=True)
-class _WorkerCounts:
-    """The workers' prompt-token counters: by source (computed / cache), and computed
-    by worker role."""
-
-    by_source: dict[str, float]
-    computed_by_role: dict[str, float]
-
-    @classmethod
-    def read(cls, workers: Sequence[tuple[str, str]]) -> _WorkerCounts:
-        """``workers``: (role, metrics URL) of each worker."""
-        texts = _scrape([url for _, url in workers])
-        sources = [sum_samples(t, "tandem_worker_prompt_tokens_total", "source") for t in texts]
-        by_role = add_counts(
-            [{role: c.get("computed", 0.0)} for (role, _), c in zip(workers, sources, strict=True)]
-        )
-        return cls(add_counts(sources), by_role)
-
-    def minus(self, earlier: _WorkerCounts) -> _WorkerCounts:
-        return _WorkerCounts(
-            _diff(self.by_source, earlier.by_source),
-            _diff(self.computed_by_role, earlier.computed_by_role),
-        )
-
-
 @dataclass(frozen=True, slots=True)
 class _RouterCounts:
     decisions: dict[str, float]  # prefills by path: remote / local
@@ -199,46 +156,15 @@ class _RouterCounts:
 
     @classmethod
     def read(cls, endpoints: Sequence[str]) -> _RouterCounts:
-        texts = _scrape([e.removesuffix("/v1") + "/metrics" for e in endpoints])
+        texts = scrape([e.removesuffix("/v1") + "/metrics" for e in endpoints])
         decisions = [sum_samples(t, "tandem_router_prefill_decisions_total", "path") for t in texts]
         moved = [sum_samples(t, "tandem_router_kv_transfer_bytes_total") for t in texts]
         return cls(add_counts(decisions), sum(add_counts(moved).values()))
 
     def minus(self, earlier: _RouterCounts) -> _RouterCounts:
         return _RouterCounts(
-            _diff(self.decisions, earlier.decisions), self.kv_bytes - earlier.kv_bytes
+            diff_counts(self.decisions, earlier.decisions), self.kv_bytes - earlier.kv_bytes
         )
-
-
-def _diff(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
-    return {k: v - b.get(k, 0.0) for k, v in a.items()}
-
-
-async def _ask(
-    client: AsyncOpenAI, messages: list[ChatCompletionMessageParam], max_tokens: int
-) -> tuple[float, str, int]:
-    """One streamed chat completion: (TTFT, answer, prompt tokens)."""
-    started = time.perf_counter()
-    stream = await client.chat.completions.create(
-        model=SERVED,
-        messages=messages,
-        max_tokens=max_tokens,
-        temperature=0,
-        stream=True,
-        stream_options={"include_usage": True},
-    )
-    ttft = None
-    parts: list[str] = []
-    prompt_tokens = 0
-    async for chunk in stream:
-        if ttft is None and chunk.choices:
-            ttft = time.perf_counter() - started
-        parts += [c.delta.content for c in chunk.choices if c.delta.content]
-        if chunk.usage is not None:
-            prompt_tokens = chunk.usage.prompt_tokens
-    if ttft is None:
-        raise RuntimeError("a stream ended without tokens")
-    return ttft, "".join(parts), prompt_tokens
 
 
 @dataclass(slots=True)
@@ -262,7 +188,7 @@ class _Live:
             {"role": "system", "content": self.workload.system},
             {"role": "user", "content": "Hello."},
         ]
-        await _ask(self.clients[0], messages, 2)
+        await ask(self.clients[0], messages, 2)
 
     async def take_turn(self, chat: int, turn: int, workers: Sequence[tuple[str, str]]) -> None:
         """One measured request; the workers' counters move for it alone (requests go
@@ -270,9 +196,9 @@ class _Live:
         messages = self.histories[chat]
         messages.append({"role": "user", "content": self.workload.conversations[chat][turn]})
         client = self.clients[compute_replica(chat, turn, len(self.clients))]
-        before = _WorkerCounts.read(workers)
-        ttft, answer, tokens = await _ask(client, messages, MAX_TOKENS)
-        counts = _WorkerCounts.read(workers).minus(before)
+        before = WorkerCounts.read(workers)
+        ttft, answer, tokens = await ask(client, messages, MAX_TOKENS)
+        counts = WorkerCounts.read(workers).minus(before)
         messages.append({"role": "assistant", "content": answer})
         self.samples.append((turn, ttft))
         self.prompt_tokens += tokens
@@ -346,7 +272,12 @@ def run_cases(
     with another's: each finds only its own blocks in the caches."""
     with tempfile.TemporaryDirectory(prefix="kv-routing-") as tmp:
         worker_ports = allocate_ports(PREFILL_WORKERS + DECODE_WORKERS)
-        plans = [_plan(case, Path(tmp) / f"case-{i}", worker_ports) for i, case in enumerate(cases)]
+        # One cluster's credentials: every case's frontend trusts the shared workers.
+        issued = issue(cluster_spec(cases[0].routing).metadata.name, utc_now())
+        plans = [
+            write_plan(cluster_spec(case.routing), Path(tmp) / f"case-{i}", worker_ports, issued)
+            for i, case in enumerate(cases)
+        ]
         desks = [
             dataclasses.replace(workload, system=f"Desk {chr(65 + i)}. {workload.system}")
             for i in range(len(cases))

@@ -90,6 +90,7 @@ def render_engine_options(cr: InferenceCluster, role: PoolRole) -> Manifest:
             model=spec.model.name,
             accelerator=spec.accelerator.profile,
             tensor_parallel_size=pool.tensor_parallel_size,
+            offload=pool.kv_cache.offload,
         )
     return {**options, **render_offload_options(pool.kv_cache.offload)}
 

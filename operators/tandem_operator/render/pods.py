@@ -315,7 +315,9 @@ def _worker_parts(cr: InferenceCluster, role: PoolRole, settings: RenderSettings
         options=settings.hardware,
     )
     offload = pool.kv_cache.offload
-    if offload.enabled and offload.disk_bytes:
+    # Only the reference engine writes a disk tier (the simulated engine models one).
+    writes_disk = cr.spec.engine.kind is EngineKind.REFERENCE
+    if offload.enabled and offload.disk_bytes and writes_disk:
         # The disk tier's file lives on the node's local ephemeral storage, capped at
         # its budget (the kubelet evicts a pod past sizeLimit; the tier stays within it).
         hardware = replace(

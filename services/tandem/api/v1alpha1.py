@@ -404,10 +404,16 @@ class KvOffloadSpec(ApiModel):
 
     enabled: bool = Field(default=False, description="Offload evicted KV blocks.")
     host_bytes: int = Field(
-        default=0, ge=0, description="Host-memory tier size in bytes (allocated at start-up)."
+        default=0,
+        ge=0,
+        description="Host-memory tier size in bytes per worker (allocated at start-up; "
+        "trtllm: split evenly over the worker's tensor-parallel ranks).",
     )
     disk_bytes: int = Field(
-        default=0, ge=0, description="Disk tier budget in bytes; 0 means no disk tier."
+        default=0,
+        ge=0,
+        description="Disk tier budget in bytes; 0 means no disk tier. Not for the trtllm "
+        "engine, which has no disk tier.",
     )
     disk_path: str = Field(
         default="",
@@ -869,11 +875,18 @@ class InferenceClusterSpec(ApiModel):
             "the trtllm and simulated engines serve gpt-oss models (tokenizer harmony)",
             ".model.tokenizer",
         ),
-        CelRule(
-            "self.engine.kind == 'reference' || (!self.prefill.kvCache.offload.enabled && "
-            "!self.decode.kvCache.offload.enabled)",
-            "kvCache.offload is implemented by the reference engine only",
-            ".engine.kind",
+        # TensorRT-LLM's KV cache manager has one tier below the GPU, host memory (its
+        # secondary pool, kv_cache_config.host_cache_size): nothing could honour a disk
+        # budget. Every engine kind implements the host tier.
+        *(
+            CelRule(
+                f"self.engine.kind != 'trtllm' || !self.{pool}.kvCache.offload.enabled || "
+                f"self.{pool}.kvCache.offload.diskBytes == 0",
+                f"the trtllm engine has no disk tier: spec.{pool}.kvCache.offload.diskBytes "
+                "must be 0 (TensorRT-LLM offloads KV to host memory only: size hostBytes)",
+                f".{pool}.kvCache.offload.diskBytes",
+            )
+            for pool in ("prefill", "decode")
         ),
     )
 
@@ -952,7 +965,9 @@ class PredictedLatency(ApiModel):
 
 
 class PlannedTargets(ApiModel):
-    """Autoscaling targets that hold the planned per-worker load (auto, autoscaling on)."""
+    """Autoscaling targets that keep the planned deployment within the SLO as the load
+    moves: 0.8x its per-worker load at the most it serves within the SLO (auto,
+    autoscaling on)."""
 
     prefill_tokens_per_second_per_replica: int | None = None
     decode_active_sequences_per_replica: int

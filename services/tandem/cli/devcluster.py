@@ -40,10 +40,10 @@ def _reuse(cluster: DevCluster, args: argparse.Namespace) -> int:
     line), if it is what was asked for; else one line saying how to get that."""
     state, root = cluster.state, cluster.state_dir
     if state.profile != args.nodes or (args.with_lws and not state.with_lws):
-        lws = " and the LeaderWorkerSet CRD" * args.with_lws
+        lws = " and LeaderWorkerSet" * args.with_lws
         running = already_running(
             f"a dev cluster with profile {state.profile}"
-            + (" and the LeaderWorkerSet CRD" * state.with_lws),
+            + (" and LeaderWorkerSet" * state.with_lws),
             port=urlsplit(state.api_url).port,
             fix=f"`tandem dev cluster down --state-dir {root}`",
         )
@@ -151,7 +151,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"dev cluster: {summary}")
     print(f"  api:        {state.api_url}")
     print(f"  kubeconfig: {state.kubeconfig}")
-    print(f"  nodes:      profile {state.profile}" + (" + LeaderWorkerSet CRD" * state.with_lws))
+    print(f"  nodes:      profile {state.profile}" + (" + LeaderWorkerSet" * state.with_lws))
     if cluster.real_node is not None:
         node = cluster.real_node
         node_status = node.status()
@@ -202,7 +202,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     up.add_argument("--kubeconfig", type=Path, help="also write the admin kubeconfig to this path")
     up.add_argument(
-        "--with-lws", action="store_true", help="install the LeaderWorkerSet CRD (sigs.k8s.io/lws)"
+        "--with-lws",
+        action="store_true",
+        help="install the LeaderWorkerSet CRDs and run its controller (sigs.k8s.io/lws, built "
+        "by `make lws-build`)",
     )
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for readiness")
     up.add_argument(

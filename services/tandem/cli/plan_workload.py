@@ -19,7 +19,12 @@ from tandem.sim.metrics import Slo
 from tandem.sim.plan_document import render_plan_document
 from tandem.sim.planner import Evaluation, Lengths, Recommendation, Workload, recommend
 from tandem.sim.plot import PlotUnavailableError, plot_recommendation
-from tandem.sim.scaling_targets import compute_scaling_targets
+from tandem.sim.scaling_targets import (
+    HEADROOM,
+    Capacity,
+    compute_scaling_targets,
+    find_capacity,
+)
 from tandem.sim.spec_setup import compute_setup
 
 EXIT_CANNOT = 1
@@ -120,7 +125,11 @@ def cmd_recommend(args: argparse.Namespace, source: str, cluster: InferenceClust
     if as_json:
         print(json.dumps(render_plan_document(result, setup), indent=2))
     else:
-        print(format_recommendation(result, setup.min_prefill_tokens))
+        capacity = None
+        if result.chosen is not None:
+            say("finding the load the recommended deployment carries within the SLO ...")
+            capacity = find_capacity(workload, result.chosen, setup, seed=1)
+        print(format_recommendation(result, capacity, setup.min_prefill_tokens))
         for clock in result.clock_sources:
             print(f"step times: {clock}")
     if args.plot is not None:
@@ -133,9 +142,13 @@ def cmd_recommend(args: argparse.Namespace, source: str, cluster: InferenceClust
     return 0 if result.chosen is not None else EXIT_CANNOT
 
 
-def format_recommendation(result: Recommendation, min_prefill_tokens: int) -> str:
+def format_recommendation(
+    result: Recommendation, capacity: Capacity | None, min_prefill_tokens: int
+) -> str:
+    """The recommendation in words; its autoscaling targets from ``capacity``, the chosen
+    deployment's :func:`find_capacity` (required when something was chosen)."""
     chosen = result.chosen
-    if chosen is None:
+    if chosen is None or capacity is None:
         lines = [f"CANNOT MEET THE SLO: {result.reason}"]
         closest = _closest(result.evaluated)
         if closest is not None:
@@ -155,26 +168,31 @@ def format_recommendation(result: Recommendation, min_prefill_tokens: int) -> st
             f"{chosen.requests} simulated requests judged",
             f"  {_counted(len(result.evaluated), 'deployment')} simulated; none with fewer GPUs "
             "meets the SLO",
-            *_format_targets(result.workload, chosen, min_prefill_tokens),
+            *_format_targets(result.workload, capacity, min_prefill_tokens),
         ]
     )
 
 
-def _format_targets(workload: Workload, chosen: Evaluation, min_prefill_tokens: int) -> list[str]:
-    """The spec values that keep the autoscaler at this point (``scaling_targets``)."""
-    targets = compute_scaling_targets(workload, chosen, min_prefill_tokens)
-    c = chosen.candidate
-    lines = ["  autoscaling targets for this per-worker load (spec):"]
+def _format_targets(planned: Workload, capacity: Capacity, min_prefill_tokens: int) -> list[str]:
+    """The spec values that keep the autoscaler within the SLO (``scaling_targets``)."""
+    targets = compute_scaling_targets(capacity, min_prefill_tokens)
+    workload, c = capacity.workload, capacity.evaluation.candidate
+    within = (
+        f"{HEADROOM:g} x {workload.rate:g} req/s (the most it serves within the SLO, "
+        f"{workload.rate / planned.rate:.2g}x the planned rate)"
+    )
+    lines = ["  autoscaling targets (spec):"]
     if targets.prefill_tokens_per_second_per_replica is not None:
         lines.append(
             f"    autoscaling.prefill.targetTokensPerSecondPerReplica: "
-            f"{targets.prefill_tokens_per_second_per_replica}  # {workload.rate:g} req/s x "
+            f"{targets.prefill_tokens_per_second_per_replica}  # {within} x "
             f"{workload.isl} tokens / {_workers(c.prefill, 'prefill')}"
         )
     lines.append(
         f"    autoscaling.decode.targetActiveSequencesPerReplica: "
-        f"{targets.decode_active_sequences_per_replica}  # {workload.rate:g} req/s x "
-        f"{chosen.mean_decode_seconds:.2f} s decoding / {_workers(c.decode, 'decode')}"
+        f"{targets.decode_active_sequences_per_replica}  # {within} x "
+        f"{capacity.evaluation.mean_decode_seconds:.2f} s decoding / "
+        f"{_workers(c.decode, 'decode')}"
     )
     if targets.max_prefill_wait_seconds is not None:
         lines.append(

@@ -3,7 +3,8 @@
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok run as plain
 processes (built from Go modules by tests/cluster/build.sh); kwok simulates GPU nodes so
 pods the real scheduler binds become Running without containers. The ``real`` profile adds
-a real node (kubelet + containerd on this machine, :mod:`tandem.devcluster.realnode`).
+a real node (kubelet + containerd on this machine, :mod:`tandem.devcluster.realnode`);
+``with_lws`` the LeaderWorkerSet controller (:mod:`tandem.devcluster.lws`).
 
     cluster = start_cluster(StartOptions(state_dir=Path("/tmp/dc"), profile="default"))
     cluster.kubectl("get", "nodes")

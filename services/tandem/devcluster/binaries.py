@@ -10,7 +10,6 @@ from pathlib import Path
 
 COMPONENT_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 KWOK_STAGES = "kwok-stages.yaml"
-LWS_CRD = "lws-crd.yaml"
 
 
 class BinariesMissingError(RuntimeError):
@@ -28,12 +27,6 @@ class ClusterBinaries:
     @property
     def kwok_stages(self) -> Path:
         return self.bin_dir / KWOK_STAGES
-
-    @property
-    def lws_crd(self) -> Path | None:
-        """The LeaderWorkerSet CRD, when the build could fetch the sigs.k8s.io/lws module."""
-        crd = self.bin_dir / LWS_CRD
-        return crd if crd.is_file() else None
 
 
 def find_repo_cluster_dir(start: Path | None = None) -> Path | None:

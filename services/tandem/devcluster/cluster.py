@@ -11,14 +11,23 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from tandem.devcluster import processes
+import yaml
+
+from tandem.devcluster import lws, processes
 from tandem.devcluster.binaries import ClusterBinaries, find_kubectl, locate_binaries
 from tandem.devcluster.components import Component, Ports, render_components, render_kwok_config
 from tandem.devcluster.kubeconfig import render_token_file, write_kubeconfig, write_private
 from tandem.devcluster.layout import StateLayout
 from tandem.devcluster.nodes import NodeProfile, get_profile, render_profile
-from tandem.devcluster.pki import KubeletPki, Pki, create_kubelet_pki, create_pki
+from tandem.devcluster.pki import (
+    KubeletPki,
+    Pki,
+    create_kubelet_pki,
+    create_pki,
+    issue_serving_cert,
+)
 from tandem.devcluster.ports import allocate_ports
 from tandem.devcluster.probes import http_status, wait_until
 from tandem.devcluster.realnode import RealNode, RealNodeError
@@ -33,7 +42,6 @@ from tandem.devcluster.storage import render_model_volume
 
 logger = logging.getLogger(__name__)
 
-LWS_CRD_NAME = "leaderworkersets.leaderworkerset.x-k8s.io"
 FIELD_MANAGER = "tandem-devcluster"
 
 
@@ -55,8 +63,11 @@ class StartOptions:
     profile: str = "default"
     # Also write the kubeconfig here (the one in the state dir is always written).
     kubeconfig_path: Path | None = None
+    # The LeaderWorkerSet CRDs and controller (tests/lws/build-lws.sh).
     with_lws: bool = False
     bin_dir: Path | None = None
+    # Where build-lws.sh wrote its outputs; None: $TANDEM_LWS_BIN, else tests/lws/bin.
+    lws_bin_dir: Path | None = None
     timeout_s: float = 180.0
     # The admin bearer token; a random one when None.
     token: str | None = None
@@ -282,11 +293,12 @@ def start_cluster(
     _refuse_if_running(layout)
     profile = get_profile(options.profile)
     bins = locate_binaries(options.bin_dir)
-    if options.with_lws and bins.lws_crd is None:
-        raise DevClusterError(
-            f"no LeaderWorkerSet CRD in {bins.bin_dir}: tests/cluster/build.sh could not "
-            "fetch sigs.k8s.io/lws (see its output)"
-        )
+    lws_build = None
+    if options.with_lws:
+        try:
+            lws_build = lws.locate_lws(options.lws_bin_dir)
+        except lws.LwsBuildMissingError as err:
+            raise DevClusterError(str(err)) from err
     pause_archive = None
     if profile.real_node:
         # Before anything starts: one line now instead of after the control plane.
@@ -301,11 +313,15 @@ def start_cluster(
     kubelet_pki = create_kubelet_pki(layout.pki_dir) if profile.real_node else None
     token = options.token or secrets.token_urlsafe(32)
     node_token = secrets.token_urlsafe(32)
+    lws_token = secrets.token_urlsafe(32)
     tokens = render_token_file(token)
-    write_private(
-        layout.token_file, tokens + render_node_token_line(node_token) * profile.real_node
-    )
-    ports = Ports(*allocate_ports(6))
+    tokens += render_node_token_line(node_token) * profile.real_node
+    tokens += lws.render_token_line(lws_token) * options.with_lws
+    write_private(layout.token_file, tokens)
+    # One call, so no port is handed out twice.
+    chosen = allocate_ports(6 + 2 * options.with_lws)
+    ports = Ports(*chosen[:6])
+    lws_ports = lws.LwsPorts(*chosen[6:]) if options.with_lws else None
     write_kubeconfig(
         layout.kubeconfig, server=ports.api_url, ca_pem=pki.ca_cert.read_bytes(), token=token
     )
@@ -327,6 +343,8 @@ def start_cluster(
     )
     try:
         _bring_up(cluster, bins, pki, kubelet_pki, ports, token, profile, deadline, report)
+        if lws_build is not None and lws_ports is not None:
+            _start_lws(cluster, lws_build, pki, lws_ports, lws_token, deadline, report)
         if pause_archive is not None and kubelet_pki is not None:
             plan = plan_real_node(
                 root=layout.real_node_dir,
@@ -433,12 +451,75 @@ def _bring_up(
     report("creating the simulated volume for the PVC inference/models")
     cluster.kubectl("create", "-f", "-", input=json.dumps(render_model_volume()))
 
-    if cluster.state.with_lws and bins.lws_crd is not None:
-        report("installing the LeaderWorkerSet CRD")
-        cluster.kubectl(
-            "apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "-f", str(bins.lws_crd)
-        )
-        cluster.wait_crd_established(LWS_CRD_NAME, timeout_s=remaining())
+
+def _start_lws(
+    cluster: DevCluster,
+    build: lws.LwsBuild,
+    pki: Pki,
+    ports: lws.LwsPorts,
+    token: str,
+    deadline: float,
+    report: Callable[[str], None],
+) -> None:
+    """The LeaderWorkerSet CRDs, the controller's identity and RBAC, the controller, then
+    the webhook configurations that make the API server call it (see tandem.devcluster.lws)."""
+
+    def remaining() -> float:
+        return max(1.0, deadline - time.monotonic())
+
+    apply = ("apply", "--server-side", f"--field-manager={FIELD_MANAGER}")
+
+    def apply_objects(objects: list[dict[str, object]]) -> None:
+        documents = {"apiVersion": "v1", "kind": "List", "items": objects}
+        cluster.kubectl(*apply, "-f", "-", input=json.dumps(documents))
+
+    report("installing the LeaderWorkerSet CRDs")
+    cluster.kubectl(*apply, *(f"--filename={path}" for path in build.crds.values()))
+    for name in build.crds:
+        cluster.wait_crd_established(name, timeout_s=remaining())
+
+    directory = cluster.layout.lws_dir
+    cert_dir = directory / "certs"
+    cert_dir.mkdir(parents=True, exist_ok=True)
+    # controller-runtime's webhook server reads tls.crt and tls.key from its certDir.
+    subject = f"/CN={lws.CONTROLLER}"
+    issue_serving_cert(cluster.layout.pki_dir, subject, cert_dir / "tls.crt", cert_dir / "tls.key")
+    kubeconfig = directory / "kubeconfig"
+    write_kubeconfig(
+        kubeconfig, server=cluster.api_url, ca_pem=pki.ca_cert.read_bytes(), token=token
+    )
+    config = directory / "config.yaml"
+    config.write_text(lws.render_controller_config(ports, cert_dir))
+    role = lws.render_role(yaml.safe_load(build.role.read_text()))
+    apply_objects([role, lws.render_role_binding(role)])
+
+    controller = lws.render_controller(build, config, kubeconfig, ports)
+    report(f"starting {controller.name}")
+    cluster._launch(controller)
+    wait_until(
+        lambda: http_status(controller.health_url) == 200,
+        timeout_s=remaining(),
+        what=f"{controller.name} at {controller.health_url}",
+        abort=lambda: cluster._exit_reason(controller.name),
+    )
+    patches = {kind: path.read_text() for kind, path in build.webhook_patches.items()}
+    webhooks = lws.render_webhook_configurations(
+        build.webhooks.read_text(), patches, url=ports.webhook_url, ca_pem=pki.ca_cert.read_bytes()
+    )
+    apply_objects(webhooks)
+    # The manager serves the webhooks as it starts, but registers their handlers a moment
+    # later: until then the first LeaderWorkerSet would be refused with a 404. (These GETs
+    # are answered 400, "request body is empty", which the controller logs as errors.)
+    paths = [urlsplit(w["clientConfig"]["url"]).path for c in webhooks for w in c["webhooks"]]
+    wait_until(
+        lambda: all(
+            http_status(f"{ports.webhook_url}{path}", ca_cert=pki.ca_cert) not in (None, 404)
+            for path in paths
+        ),
+        timeout_s=remaining(),
+        what=f"{controller.name}'s webhooks",
+        abort=lambda: cluster._exit_reason(controller.name),
+    )
 
 
 def _refuse_if_running(layout: StateLayout) -> None:

@@ -45,6 +45,11 @@ class StateLayout:
         return self.root / "kwok.yaml"
 
     @property
+    def lws_dir(self) -> Path:
+        """The LeaderWorkerSet controller's kubeconfig, configuration and certificate."""
+        return self.root / "lws"
+
+    @property
     def logs_dir(self) -> Path:
         return self.root / "logs"
 
@@ -67,5 +72,6 @@ class StateLayout:
             self.pki_dir,
             self.etcd_dir,
             self.kwok_config,
+            self.lws_dir,
             self.logs_dir,
         )

@@ -1,12 +1,13 @@
 """Keys and certificates for the dev cluster, made with the ``openssl`` command line.
 
 The ``cryptography`` package is not a Tandem dependency and the openssl CLI is on every
-Linux/macOS machine, so we shell out. Three artefacts:
+Linux/macOS machine, so we shell out. The artefacts:
 
 - a throwaway CA and an apiserver serving certificate it signs (so clients verify TLS
   instead of skipping verification),
 - one RSA key that the apiserver uses both to sign and to verify ServiceAccount tokens
   and the controller manager uses to mint them,
+- serving certificates for webhooks the apiserver calls on 127.0.0.1 (LeaderWorkerSet's),
 - with a real node, serving certificates for its kubelet and for kwok (which serves the
   kubelet API of the simulated nodes), and the client certificate the apiserver shows
   them: the kubelet accepts no other caller.
@@ -135,6 +136,12 @@ def create_kubelet_pki(directory: Path) -> KubeletPki:
     subject = "/O=system:masters/CN=kube-apiserver-kubelet-client"
     _issue(openssl, directory, "v3_client", subject, pki.client_cert, pki.client_key)
     return pki
+
+
+def issue_serving_cert(directory: Path, subject: str, cert: Path, key: Path) -> None:
+    """A serving certificate for 127.0.0.1 and localhost from the CA that :func:`create_pki`
+    made in ``directory``: for a server the apiserver dials by URL (a webhook)."""
+    _issue(_find_openssl(), directory, "v3_serving", subject, cert, key)
 
 
 def _find_openssl() -> str:

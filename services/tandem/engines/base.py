@@ -52,6 +52,11 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
+    # Where the request stands among those waiting for the engine: higher first, then
+    # arrival (``tandem.engines.priority``). The frontend sets it from its fair-queuing
+    # state (``tandem.frontend.tenancy``); it travels here because every engine call
+    # already carries the request's sampling, from the frontend through the router.
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)

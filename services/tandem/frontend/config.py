@@ -115,7 +115,7 @@ class RouterTuning(_Doc):
     max_decode_attempts: int = Field(default=3, ge=1)
     # Requests sent on and awaiting their first token, per ready worker (at least this
     # many in all); more wait in the frontend's tenant queue and leave in weighted-fair
-    # order (tandem.frontend.tenancy).
+    # order, except one each for tenants below their share (tandem.frontend.tenancy).
     dispatch_depth: int = Field(default=2, ge=1)
 
 

@@ -35,6 +35,24 @@ FIFO, and a request leaves at once whenever there is room: the bound is re-check
 each first token, each request's end and each router health round (readiness
 changes), so workers never idle while requests are held.
 
+Two rules keep a light tenant's first token close to what it gets alone while another
+tenant keeps the workers full (issue 34's bench, ``tandem_dev.bench.tenants``):
+
+* **Priority**: each request leaves ranked (``SamplingParams.priority``, carried to the
+  worker's engine): ``PRIORITY_UNDER_SHARE`` when its tenant holds less than its
+  weighted share of the work at the workers (prompt tokens sent and not finished, the
+  cost SFQ charges), else ``PRIORITY_DEFAULT`` (``fair_priority``). The reference and
+  simulated engines admit and prefill by priority, then arrival
+  (``tandem.engines.priority``), so the light request does not queue behind the heavy
+  tenant's backlog or share a step's budget with its prompts (TensorRT-LLM 1.2.1 has no
+  request priority: there only the order here applies). It is never taken from the
+  request: a caller cannot rank itself up.
+* **Past a full bound, one each for tenants under their share**: such a tenant with no
+  request awaiting its first token sends its next one even when the bound is reached.
+  Otherwise a light request waits here for one of the heavy tenant's prefills to
+  finish, and then for the worker's next step to begin, before its own (ranked-up)
+  prefill can start. The bound is exceeded by fewer requests than there are tenants.
+
 ``TenantScheduler`` holds the decisions (no I/O, no clock: times are arguments);
 ``TenantGate`` is the asyncio shell that the serving layer streams through.
 """
@@ -64,6 +82,8 @@ from tandem.telemetry.tracing import TRACER
 logger = logging.getLogger(__name__)
 
 DEFAULT_DISPATCH_DEPTH = 2
+PRIORITY_DEFAULT = 0
+PRIORITY_UNDER_SHARE = 1
 OTHER_TENANTS = "other"
 SECONDS_PER_MINUTE = 60.0
 
@@ -158,6 +178,7 @@ class Entry:
     finish: float
     state: EntryState = EntryState.HELD
     generated: int = 0
+    priority: int = PRIORITY_DEFAULT  # decided when it leaves (``fair_priority``)
 
 
 @dataclass(slots=True)
@@ -166,6 +187,7 @@ class _Tenant:
     bucket: TokenBucket | None
     in_flight: int = 0  # held + dispatched + streaming
     dispatched: int = 0  # awaiting their first token
+    at_workers: int = 0  # prompt tokens of requests sent and not finished (SFQ's cost)
     last_finish: float = 0.0
     held: deque[Entry] = field(default_factory=deque)
 
@@ -220,6 +242,22 @@ def choose_victim(
     if not over:
         return None
     return max(over, key=lambda t: (occupancy[t] / weights[t], t))
+
+
+def fair_priority(at_workers: Mapping[str, int], weights: Mapping[str, int], tenant: str) -> int:
+    """Pure: the engine priority of ``tenant``'s next request.
+
+    ``at_workers``: the prompt tokens each tenant has sent and not finished;
+    ``weights``: every tenant with requests admitted (``tenant`` included). The tenant is
+    under its share when its tokens at the workers, per weight, are fewer than all of
+    them per total weight. Not every tenant can be under (the shares add up to the
+    total), and with one tenant, or none busy, nobody is: arrival order stands."""
+    total = sum(at_workers.values())
+    total_weight = sum(weights.values())
+    mine = at_workers.get(tenant, 0)
+    if mine * total_weight < total * weights[tenant]:
+        return PRIORITY_UNDER_SHARE
+    return PRIORITY_DEFAULT
 
 
 class TenantScheduler:
@@ -282,7 +320,7 @@ class TenantScheduler:
         if bucket is not None:
             bucket.level -= reserve
         start = max(self._virtual, state.last_finish)
-        finish = start + max(1, prompt_tokens) / limits.weight
+        finish = start + _cost(prompt_tokens) / limits.weight
         entry = Entry(next(self._seq), tenant, prompt_tokens, reserve, now, start, finish)
         state.last_finish = finish
         state.in_flight += 1
@@ -292,15 +330,27 @@ class TenantScheduler:
 
     def release(self, bound: int) -> list[Entry]:
         """Held requests to send now, in fair order, while fewer than ``bound`` await
-        their first token."""
+        their first token; past that, the head of each tenant under its share with none
+        awaiting (module docstring). Each leaves ranked by ``fair_priority``."""
         out = []
-        while self.held and self.dispatched < bound:
+        while self.held:
             heads = [s.held[0] for s in self._tenants.values() if s.held]
+            if self.dispatched >= bound:
+                heads = [
+                    e
+                    for e in heads
+                    if not self._tenants[e.tenant].dispatched
+                    and self._priority(e.tenant) == PRIORITY_UNDER_SHARE
+                ]
+            if not heads:
+                break
             entry = min(heads, key=lambda e: (e.start, e.seq))
+            entry.priority = self._priority(entry.tenant)
             state = self._tenants[entry.tenant]
             state.held.popleft()
             self.held -= 1
             state.dispatched += 1
+            state.at_workers += _cost(entry.prompt_tokens)
             self.dispatched += 1
             entry.state = EntryState.DISPATCHED
             self._virtual = max(self._virtual, entry.start)
@@ -323,9 +373,11 @@ class TenantScheduler:
         served = entry.state is EntryState.STREAMING
         if entry.state is EntryState.HELD:
             self._drop_held(entry)
-        elif entry.state is EntryState.DISPATCHED:
-            state.dispatched -= 1
-            self.dispatched -= 1
+        elif entry.state is not EntryState.REFUSED:  # sent: dispatched or streaming
+            state.at_workers -= _cost(entry.prompt_tokens)
+            if entry.state is EntryState.DISPATCHED:
+                state.dispatched -= 1
+                self.dispatched -= 1
         entry.state = EntryState.DONE
         state.in_flight -= 1
         if state.bucket is not None:
@@ -337,6 +389,13 @@ class TenantScheduler:
         self._forget_idle(entry.tenant, now)
 
     # --------------------------------------------------------------- helpers
+
+    def _priority(self, tenant: str) -> int:
+        return fair_priority(
+            {t: s.at_workers for t, s in self._tenants.items()},
+            {t: s.limits.weight for t, s in self._tenants.items() if s.in_flight},
+            tenant,
+        )
 
     def _tenant(self, tenant: str, now: float) -> _Tenant:
         state = self._tenants.get(tenant)
@@ -367,6 +426,11 @@ class TenantScheduler:
         if state.bucket is not None and not state.bucket.full(now):
             return
         del self._tenants[tenant]
+
+
+def _cost(prompt_tokens: int) -> int:
+    """What a request costs its tenant in the fair order: its prompt tokens (at least 1)."""
+    return max(1, prompt_tokens)
 
 
 # ---------------------------------------------------------------------- the shell
@@ -467,7 +531,8 @@ class TenantGate:
                 held_seconds = self._clock() - entry.arrival
             self._metrics.requests.labels(label, "admitted").inc()
             self._metrics.held_seconds.labels(label).observe(held_seconds)
-            stream = self._backend.generate(request)
+            ranked = replace(request.sampling, priority=entry.priority)
+            stream = self._backend.generate(replace(request, sampling=ranked))
             try:
                 async for chunk in stream:
                     if entry.state is EntryState.DISPATCHED:

@@ -15,6 +15,24 @@ https://docs.nvidia.com/dgx/dgxb200-user-guide/introduction-to-dgxb200.html):
   H100); ConnectX-7 400 Gb/s per GPU between nodes.
 * H100 SXM: HBM3 3.35 TB/s; FP8 1.98 PFLOPS, BF16 0.99 PFLOPS; ConnectX-7 400 Gb/s.
 
+Below the GPU, the KV offload tiers (``kvCache.offload``; the simulated engine onboards
+blocks from them at these rates):
+
+* Host link. GB200: NVLink-C2C between the Grace CPU and its two Blackwell GPUs, 900 GB/s
+  bidirectional per superchip (NVIDIA's figure as summaries of the GB200 superchip quote
+  it, e.g. https://ziash.github.io/nvidia-nca-aiio-study-guide/nvidia-portfolio/superchips/;
+  not re-read at NVIDIA), taken as 450 GB/s each way shared by two GPUs: 225 GB/s per
+  GPU, a floor if each GPU has its own 900 GB/s. B200, H200, H100: PCIe Gen5 x16 to the
+  host, 64 GB/s each way (DGX B200 user guide: Xeon 8570 "PCIe Gen5" CPUs; DGX
+  H100/H200: "PCIe 5.0 support", https://docs.nvidia.com/dgx-basepod/reference-
+  architecture-infrastructure-foundation-enterprise-ai/latest/core-components.html).
+* Local disk: the nodes' NVMe cache drives (DGX B200: 8 x 3.84 TB NVMe U.2 in RAID 0;
+  DGX H100/H200 the same; DGX GB200 compute trays: E1.S NVMe drives in RAID 0,
+  https://docs.nvidia.com/dgx/dgxgb200-user-guide/storage.html), taken as one drive's
+  share per GPU at 7 GB/s: the drive models are not published, and 7 GB/s is just under
+  what a drive's PCIe Gen4 x4 link carries (4 lanes x 16 GT/s, 128b/130b: 7.9 GB/s), the
+  class of current enterprise U.2 drives -- an assumption, as the efficiencies are.
+
 KV moves between *workers*, which the autoscaler places on different nodes, so the KV
 link of a profile is the one between nodes: NVLink inside a GB200 NVL72 domain, RDMA
 elsewhere. A worker of TP ranks moves its shards in parallel over TP links.
@@ -36,11 +54,15 @@ GB = 1e9
 class LinkKind(enum.StrEnum):
     NVLINK5 = "nvlink5"
     RDMA_400G = "rdma-400g"
+    NVLINK_C2C = "nvlink-c2c"
+    PCIE5_X16 = "pcie5-x16"
+    NVME = "nvme"
 
 
 @dataclass(frozen=True, slots=True)
 class KvLink:
-    """The link one GPU moves KV over to a GPU of another worker."""
+    """A link one GPU moves KV over: to a GPU of another worker, or to and from an
+    offload tier."""
 
     kind: LinkKind
     bytes_per_second: float  # one direction, per GPU
@@ -66,11 +88,19 @@ class GpuPerformance:
     nvlink_bytes_per_second: float
     kv_link: KvLink
     source: str
+    # Where offloaded KV comes back from (see the module docstring), per GPU.
+    host_link: KvLink
+    disk_link: KvLink
 
 
 _NVLINK5 = 900 * GB  # 1.8 TB/s per GPU, both directions
 _NVLINK4 = 450 * GB  # Hopper: 900 GB/s per GPU, both directions
 _RDMA_400G = KvLink(LinkKind.RDMA_400G, 50 * GB, 0.85, 50e-6)
+# Efficiencies and latencies assumed like the KV links': a bulk DMA copy (C2C, PCIe) and a
+# large sequential NVMe read (tens of microseconds to the first byte).
+_NVLINK_C2C = KvLink(LinkKind.NVLINK_C2C, 225 * GB, 0.9, 5e-6)
+_PCIE5_X16 = KvLink(LinkKind.PCIE5_X16, 64 * GB, 0.8, 10e-6)
+_NVME_GEN4 = KvLink(LinkKind.NVME, 7 * GB, 0.9, 100e-6)
 
 PERFORMANCE: Mapping[AcceleratorProfile, GpuPerformance] = {
     AcceleratorProfile.GB200: GpuPerformance(
@@ -81,6 +111,8 @@ PERFORMANCE: Mapping[AcceleratorProfile, GpuPerformance] = {
         _NVLINK5,
         KvLink(LinkKind.NVLINK5, _NVLINK5, 0.95, 10e-6),
         "GB200 NVL72 datasheet: 8 TB/s HBM3e, FP8 5 PFLOPS dense, NVLink 5 1.8 TB/s per GPU",
+        host_link=_NVLINK_C2C,
+        disk_link=_NVME_GEN4,
     ),
     AcceleratorProfile.B200: GpuPerformance(
         AcceleratorProfile.B200,
@@ -90,6 +122,8 @@ PERFORMANCE: Mapping[AcceleratorProfile, GpuPerformance] = {
         _NVLINK5,
         _RDMA_400G,
         "DGX B200 datasheet: 8 TB/s HBM3e, FP8 4.5 PFLOPS dense, 8 x 400 Gb/s ConnectX-7",
+        host_link=_PCIE5_X16,
+        disk_link=_NVME_GEN4,
     ),
     AcceleratorProfile.H200: GpuPerformance(
         AcceleratorProfile.H200,
@@ -99,6 +133,8 @@ PERFORMANCE: Mapping[AcceleratorProfile, GpuPerformance] = {
         _NVLINK4,
         _RDMA_400G,
         "H200 datasheet: 4.8 TB/s HBM3e, FP8 1.98 PFLOPS dense; ConnectX-7 400 Gb/s",
+        host_link=_PCIE5_X16,
+        disk_link=_NVME_GEN4,
     ),
     AcceleratorProfile.H100: GpuPerformance(
         AcceleratorProfile.H100,
@@ -108,6 +144,8 @@ PERFORMANCE: Mapping[AcceleratorProfile, GpuPerformance] = {
         _NVLINK4,
         _RDMA_400G,
         "H100 SXM datasheet: 3.35 TB/s HBM3, FP8 1.98 PFLOPS dense; ConnectX-7 400 Gb/s",
+        host_link=_PCIE5_X16,
+        disk_link=_NVME_GEN4,
     ),
 }
 

@@ -29,7 +29,7 @@ time from the KV bytes the capacity model computes over the profile's KV link.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -37,6 +37,7 @@ from tandem.capacity.fit import check_fit
 from tandem.capacity.gpus import GpuSpec
 from tandem.capacity.kv import kv_bytes_per_gpu, kv_heads_per_gpu
 from tandem.capacity.models import KvDtype, ModelArchitecture
+from tandem.kv.events import Tier
 from tandem.perf.hardware import GpuPerformance
 
 BF16_BYTES = 2
@@ -272,6 +273,24 @@ def compute_kv_transfer_seconds(perf: PerfModel, tokens: int) -> float:
         perf.model, tokens, dtype=perf.kv_dtype, tensor_parallel_size=perf.tensor_parallel_size
     )
     return link.latency_s + shard / link.effective_bytes_per_second
+
+
+def compute_onboard_seconds(perf: PerfModel, tokens: Mapping[Tier, int]) -> float:
+    """Copy the KV of ``tokens[tier]`` prompt tokens back into the pool from each offload
+    tier: every rank its shard over its own host (``Tier.HOST``) or disk link, in
+    parallel; the tiers one after the other."""
+    gpu = _gpu_of(perf)
+    links = {Tier.HOST: gpu.host_link, Tier.DISK: gpu.disk_link}
+    seconds = 0.0
+    for tier, count in tokens.items():
+        if count <= 0:
+            continue
+        link = links[tier]
+        shard = kv_bytes_per_gpu(
+            perf.model, count, dtype=perf.kv_dtype, tensor_parallel_size=perf.tensor_parallel_size
+        )
+        seconds += link.latency_s + shard / link.effective_bytes_per_second
+    return seconds
 
 
 @dataclass(frozen=True, slots=True)

@@ -203,6 +203,7 @@ def plan_worker(
             model=spec.model.name,
             accelerator=spec.accelerator.profile,
             tensor_parallel_size=pool.tensor_parallel_size,
+            offload=pool.kv_cache.offload,
         )
     if spec.engine.kind is EngineKind.REFERENCE:
         options = {**options, **render_offload_options(pool.kv_cache.offload)}

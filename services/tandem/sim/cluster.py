@@ -323,6 +323,9 @@ class ClusterSim:
 
     def _step(self, worker: _Worker) -> None:
         outputs, seconds = worker.engine.advance(worker.decoding)
+        # Routing here keeps no KV index: the engine's KV events (prefix cache) are not
+        # read, only kept from piling up.
+        worker.engine.drain_kv_events()
         if seconds == 0.0:
             worker.busy = False  # nothing runnable until a release, commit or arrival
             return

@@ -1,45 +1,99 @@
-"""The autoscaling targets that hold a planned operating point as the load moves.
+"""The autoscaling targets that hold a planned deployment within its SLO as the load moves.
 
 ``tandem plan`` finds the fewest workers that meet the SLO at one request rate. The
-builtin autoscaler sizes each pool from a per-replica target (docs/autoscaling.md), so
-the plan's per-worker load at that rate is the target that brings the autoscaler to the
-same deployment there and scales it in proportion elsewhere: prompt tokens per second
-per prefill worker, and sequences decoding per decode worker (Little's law: arrivals
-per second x seconds from first token to last). Proportional is conservative above the
-planned rate (a larger pool absorbs bursts better per worker) and optimistic far below
-it, where one worker's queueing decides.
+builtin autoscaler sizes each pool from a per-replica target (docs/autoscaling.md):
+prompt tokens per second per prefill worker, and sequences decoding per decode worker.
+A target is the per-worker load the chosen deployment carries at the highest rate it
+still serves within the SLO (:func:`find_capacity`, Little's law for the decode pool:
+arrivals per second x seconds from first token to last), times :data:`HEADROOM`: the
+autoscaler adds a worker before the pool reaches the load it can no longer serve, and
+takes one away only where the rest still serve what is left.
+
+Targets at the planned rate's load instead (the load, not what the workers can carry)
+scale a pool out whenever arrivals run a little above their mean: a one-worker plan at
+3 req/s with room for 30 asked for a second worker most of the time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
-from tandem.sim.planner import Evaluation, Workload
+from tandem.sim.planner import Evaluation, Setup, Workload, count_requests, evaluate
+from tandem.sim.planner import generate_arrivals as generate_sim_arrivals
+
+# Targets at 0.8x the most a worker carries within the SLO, the share docs/autoscaling.md
+# advises for a hand-written prefill target.
+HEADROOM = 0.8
+# The capacity search: the planned rate doubled while the deployment meets the SLO, at
+# most this many times, then the last gap halved; every step is one simulated run of as
+# many requests as the rate needs (so the search costs ~12 planned-rate runs at most).
+# Past 4x the planned rate the workload has left the plan's envelope: re-planning's job.
+MAX_DOUBLINGS = 2
+HALVINGS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """The chosen deployment at the highest rate found where it meets the SLO."""
+
+    workload: Workload  # the planned workload at that rate
+    evaluation: Evaluation  # the deployment's run at that rate
 
 
 @dataclass(frozen=True, slots=True)
 class ScalingTargets:
-    """``spec.autoscaling`` and router values for one operating point; None where the
-    deployment has no prefill pool (or the prompts are too short to use it)."""
+    """``spec.autoscaling`` and router values for one deployment; None where it has no
+    prefill pool (or the prompts are too short to use it)."""
 
     prefill_tokens_per_second_per_replica: int | None
     decode_active_sequences_per_replica: int
     max_prefill_wait_seconds: float | None
 
 
-def compute_scaling_targets(
-    workload: Workload, chosen: Evaluation, min_prefill_tokens: int
-) -> ScalingTargets:
-    """Targets from the chosen deployment's per-worker load, rounded down (a target a
+def find_capacity(workload: Workload, chosen: Evaluation, setup: Setup, seed: int) -> Capacity:
+    """The highest rate (within ``2**MAX_DOUBLINGS`` x the planned one, to a quarter of
+    the last doubling) where ``chosen``'s deployment still meets the SLO; the planned
+    point itself when it does not meet there. At most four simulated runs."""
+    best = Capacity(workload, chosen)
+    if not chosen.meets:
+        return best
+    missed: float | None = None
+    for _ in range(MAX_DOUBLINGS):
+        trial = _run_at(best, best.workload.rate * 2, setup, seed)
+        if not trial.evaluation.meets:
+            missed = trial.workload.rate
+            break
+        best = trial
+    for _ in range(HALVINGS if missed is not None else 0):
+        assert missed is not None
+        middle = (best.workload.rate + missed) / 2
+        trial = _run_at(best, middle, setup, seed)
+        if trial.evaluation.meets:
+            best = trial
+        else:
+            missed = middle
+    return best
+
+
+def _run_at(capacity: Capacity, rate: float, setup: Setup, seed: int) -> Capacity:
+    workload = dataclasses.replace(capacity.workload, rate=rate)
+    arrivals = generate_sim_arrivals(workload, count_requests(workload), seed)
+    return Capacity(workload, evaluate(capacity.evaluation.candidate, workload, setup, arrivals))
+
+
+def compute_scaling_targets(capacity: Capacity, min_prefill_tokens: int) -> ScalingTargets:
+    """:data:`HEADROOM` of the per-worker load at ``capacity``, rounded down (a target a
     little low scales up a little early)."""
-    candidate = chosen.candidate
+    workload, at_capacity = capacity.workload, capacity.evaluation
+    candidate = at_capacity.candidate
     disaggregated = candidate.prefill > 0 and workload.isl >= min_prefill_tokens
     prefill_rate = None
     if disaggregated:
-        per_worker = workload.rate * workload.isl / candidate.prefill
+        per_worker = HEADROOM * workload.rate * workload.isl / candidate.prefill
         prefill_rate = max(1, math.floor(per_worker))
-    decoding = workload.rate * chosen.mean_decode_seconds / candidate.decode
+    decoding = HEADROOM * workload.rate * at_capacity.mean_decode_seconds / candidate.decode
     return ScalingTargets(
         prefill_tokens_per_second_per_replica=prefill_rate,
         decode_active_sequences_per_replica=max(1, math.floor(decoding)),

@@ -42,7 +42,7 @@ from tandem.sim.planner import (
     generate_arrivals,
     recommend,
 )
-from tandem.sim.scaling_targets import compute_scaling_targets
+from tandem.sim.scaling_targets import compute_scaling_targets, find_capacity
 from tandem.sim.spec_setup import compute_setup
 
 SEED = 1  # the same arrivals for the same spec: a plan is a function of its hash
@@ -177,7 +177,8 @@ def _render(
         misses = describe_misses(chosen, workload) or "requests unfinished at the run's end"
         message = f"{misses} {rate} with {whose} ({c.name})"
     finished = chosen.requests > 0  # no judged request: no percentiles to report
-    targets = compute_scaling_targets(workload, chosen, setup.min_prefill_tokens)
+    capacity = find_capacity(workload, chosen, setup, SEED)
+    targets = compute_scaling_targets(capacity, setup.min_prefill_tokens)
     return PlanStatus(
         spec_hash=spec_hash,
         mode=mode,

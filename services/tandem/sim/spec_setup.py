@@ -129,4 +129,5 @@ def _engine_options(
         model=spec.model.name,
         accelerator=spec.accelerator.profile,
         tensor_parallel_size=pool.tensor_parallel_size,
+        offload=pool.kv_cache.offload,
     )

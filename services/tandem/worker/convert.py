@@ -34,6 +34,7 @@ def sampling_to_pb(sampling: SamplingParams) -> pb.Sampling:
         top_p=sampling.top_p,
         seed=sampling.seed,
         stop_token_ids=sampling.stop_token_ids,
+        priority=sampling.priority,
     )
 
 
@@ -44,6 +45,7 @@ def sampling_from_pb(message: pb.Sampling) -> SamplingParams:
         top_p=message.top_p,
         seed=message.seed if message.HasField("seed") else None,
         stop_token_ids=tuple(message.stop_token_ids),
+        priority=message.priority,
     )
 
 

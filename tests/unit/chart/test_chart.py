@@ -158,6 +158,8 @@ def test_notes_explain_port_forward_and_curl() -> None:
     assert "export OPENAI_API_KEY=$(tandem keys add reference --tenant me)" in notes
     assert '-H "Authorization: Bearer $OPENAI_API_KEY"' in notes
     assert notes.index("tandem keys add") < notes.index("curl http://127.0.0.1:8000/v1/")
+    # helm upgrade leaves crds/ alone: the notes say to apply the release's CRDs first.
+    assert notes.index("tandem crds apply") < notes.index("helm upgrade tandem <chart> -n x")
     single = helm("install", "t", str(CHART), "--dry-run=client", "--set", "replicaCount=1").stdout
     assert "WARNING: replicaCount is 1" in single
 

@@ -47,7 +47,7 @@ def test_recommends_with_the_numbers_and_a_plot(
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_a_disaggregated_recommendation_prints_the_targets_that_hold_it(
+def test_a_disaggregated_recommendation_prints_targets_from_its_capacity(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     gb200 = str(EXAMPLES / "gpt-oss-120b-gb200.yaml")
@@ -58,11 +58,18 @@ def test_a_disaggregated_recommendation_prints_the_targets_that_hold_it(
     chosen = re.search(r"recommended: (\d+) prefill TP\d \+ \d+ decode TP\d workers", out)
     assert chosen is not None, out
     prefill = int(chosen.group(1))
-    # 8 x 32768 prompt tokens/s over the prefill workers, rounded down.
-    assert (
-        f"autoscaling.prefill.targetTokensPerSecondPerReplica: {8 * 32768 // prefill}  "
-        f"# 8 req/s x 32768 tokens / {prefill} prefill workers"
-    ) in out
+    # 0.8x the prompt tokens/s over the prefill workers at the most the deployment serves
+    # within the SLO (at least the planned 8 req/s), rounded down.
+    target = re.search(
+        r"autoscaling\.prefill\.targetTokensPerSecondPerReplica: (\d+)  # 0\.8 x ([\d.]+) req/s "
+        rf"\(the most it serves within the SLO, [\d.]+x the planned rate\) x 32768 tokens / "
+        rf"{prefill} prefill workers",
+        out,
+    )
+    assert target is not None, out
+    capacity = float(target.group(2))
+    assert capacity >= 8
+    assert int(target.group(1)) == int(0.8 * capacity * 32768 / prefill)
     assert "frontend.disaggregation.maxPrefillWaitSeconds: 2  # the TTFT target" in out
 
 

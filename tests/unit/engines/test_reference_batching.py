@@ -195,6 +195,21 @@ def test_queued_prefills_cannot_oversubscribe_the_pool(tiny_config: TinyConfigFa
     engine.start_prefill("second", rng.integers(0, 256, 200).tolist(), SamplingParams(max_tokens=2))
 
 
+def test_a_higher_priority_prefill_takes_its_steps_alone(tiny_config: TinyConfigFactory) -> None:
+    """Idle budget 40: the later, ranked-up 30-token prompt is prefilled first and alone
+    (the 10 tokens it leaves are not handed down); the earlier one follows."""
+    engine = ReferenceEngine(tiny_config(prefill_chunk=40, max_batch_tokens=40))
+    rng = np.random.default_rng(3)
+    engine.start_prefill("low", rng.integers(0, 256, 60).tolist(), SamplingParams(max_tokens=2))
+    high = SamplingParams(max_tokens=2, priority=1)
+    engine.start_prefill("high", rng.integers(0, 256, 30).tolist(), high)
+    assert [o.request_id for o in engine.step({})] == ["high"]
+    assert engine.stats().prompt_tokens_computed == 30
+    assert engine.step({}) == []  # low's first 40 tokens
+    assert [o.request_id for o in engine.step({})] == ["low"]
+    assert engine.stats().prompt_tokens_computed == 90
+
+
 def _kv_bytes(engine: ReferenceEngine, layout: KvLayout) -> bytes:
     region = engine.kv_regions()[0]
     return b"".join(bytes(region[r.offset : r.offset + r.length]) for r in layout.ranges)

@@ -139,6 +139,44 @@ def test_sequences_wait_for_kv_and_start_when_it_frees() -> None:
     assert e.stats().queued_requests == 0
 
 
+def test_a_higher_priority_prompt_is_admitted_first_when_kv_frees() -> None:
+    e = engine(max_num_tokens=65_536)
+    prompt = [7] * 32_768
+    need = compute_sequence_blocks(e.config.perf, e.capacity, 32_768 + 1024)
+    fits = e.capacity.blocks // need
+    for i in range(fits):
+        e.start_prefill(f"r{i}", prompt, SamplingParams(max_tokens=1024))
+    for _ in range(fits + 2):
+        e.step({})
+    e.start_prefill("low", prompt, SamplingParams(max_tokens=1024))
+    e.start_prefill("high", prompt, SamplingParams(max_tokens=1024, priority=1))
+    assert e.step({}) == []
+    assert e.stats().queued_requests == 2  # the pool is full: both wait
+    e.release("r0")
+    late = [o.request_id for _ in range(3) for o in e.step({})]
+    assert late == ["high"]  # arrived second, ranked first; "low" still waits for KV
+    assert e.stats().queued_requests == 1
+
+
+def test_a_step_prefills_the_higher_priority_prompt_alone() -> None:
+    """Budget 1,000: the ranked-up 300-token prompt takes its step alone (the budget it
+    leaves is not handed down); the earlier 600-token one runs in the next step."""
+    e = engine(max_num_tokens=1000)
+    e.start_prefill("low", [7] * 600, SamplingParams(max_tokens=4))
+    e.start_prefill("high", [8] * 300, SamplingParams(max_tokens=4, priority=1))
+    assert [o.request_id for o in e.step({})] == ["high"]
+    assert e.stats().prompt_tokens_computed == 300
+    assert [o.request_id for o in e.step({})] == ["low"]
+    assert e.stats().prompt_tokens_computed == 900
+
+
+def test_equal_priorities_share_a_step_in_arrival_order() -> None:
+    e = engine(max_num_tokens=1000)
+    e.start_prefill("first", [7] * 600, SamplingParams(max_tokens=4))
+    e.start_prefill("second", [8] * 300, SamplingParams(max_tokens=4))
+    assert [o.request_id for o in e.step({})] == ["first", "second"]
+
+
 def test_nothing_to_run_waits_an_idle_tick() -> None:
     e = engine()
     e.start_prefill("a", [1] * 10, SamplingParams(max_tokens=2))

@@ -13,6 +13,8 @@ from tandem.engines.base import SamplingParams
 from tandem.frontend.config import TenancySettings, TenantLimits
 from tandem.frontend.metrics import TenantMetrics
 from tandem.frontend.tenancy import (
+    PRIORITY_DEFAULT,
+    PRIORITY_UNDER_SHARE,
     EntryState,
     Outcome,
     TenantGate,
@@ -23,6 +25,7 @@ from tandem.frontend.tenancy import (
     TokenBucket,
     choose_victim,
     dispatch_bound,
+    fair_priority,
     held_demand,
     tenant_label,
 )
@@ -42,13 +45,14 @@ def admit_many(
 
 
 def release_one_at_a_time(s: TenantScheduler, n: int) -> list[str]:
-    """Dispatch bound 1: each released request gets its first token before the next."""
-    order = []
-    for _ in range(n):
-        (entry,) = s.release(1)
-        order.append(entry.tenant)
-        s.first_token(entry)
-    return order
+    """Dispatch bound 1: the released requests get their first token before the next
+    release (a tenant under its share may leave past the bound: one more at most)."""
+    order: list[str] = []
+    while len(order) < n:
+        for entry in s.release(1):
+            order.append(entry.tenant)
+            s.first_token(entry)
+    return order[:n]
 
 
 # ---------------------------------------------------------------------- fair order
@@ -64,6 +68,44 @@ def test_a_newcomer_is_released_next_after_another_tenants_burst() -> None:
     (nxt,) = s.release(2)
     assert nxt.tenant == "b"
     assert s.held == 48
+
+
+# ---------------------------------------------------------------------- priority
+
+
+def test_fair_priority_ranks_up_a_tenant_below_its_weighted_share() -> None:
+    one = {"a": 1, "b": 1}
+    assert fair_priority({"a": 0, "b": 8192}, one, "a") == PRIORITY_UNDER_SHARE
+    assert fair_priority({"a": 0, "b": 8192}, one, "b") == PRIORITY_DEFAULT
+    assert fair_priority({"a": 4096, "b": 4096}, one, "a") == PRIORITY_DEFAULT  # at share
+    # b (weight 3) holds 2/3 of the tokens, below its 3/4; a holds 1/3, above its 1/4.
+    weighted = {"a": 1, "b": 3}
+    assert fair_priority({"a": 100, "b": 200}, weighted, "b") == PRIORITY_UNDER_SHARE
+    assert fair_priority({"a": 100, "b": 200}, weighted, "a") == PRIORITY_DEFAULT
+
+
+def test_fair_priority_ranks_nobody_up_alone_or_idle() -> None:
+    assert fair_priority({}, {"a": 1}, "a") == PRIORITY_DEFAULT
+    assert fair_priority({"a": 500}, {"a": 1}, "a") == PRIORITY_DEFAULT
+
+
+def test_a_tenant_under_its_share_goes_past_a_full_bound_ranked_up() -> None:
+    s = TenantScheduler(TenancySettings())
+    admit_many(s, "heavy", 10, prompt=4096)
+    sent = s.release(2)
+    assert [e.priority for e in sent] == [PRIORITY_DEFAULT, PRIORITY_DEFAULT]
+    s.first_token(sent[0])
+    (more,) = s.release(2)  # the bound again: one of two awaiting their first token
+    assert more.tenant == "heavy" and more.priority == PRIORITY_DEFAULT
+    admit_many(s, "light", 2, prompt=4096)
+    (light,) = s.release(2)  # past the full bound: light has nothing at the worker
+    assert light.tenant == "light" and light.priority == PRIORITY_UNDER_SHARE
+    assert s.dispatched == 3
+    assert s.release(2) == []  # light's second waits: one of its own awaits its first token
+    s.first_token(light)
+    (second,) = s.release(2)
+    assert second.tenant == "light" and second.priority == PRIORITY_UNDER_SHARE
+    assert s.release(2) == []  # heavy is over its share: it waits for the bound
 
 
 def test_backlogged_tenants_share_slots_by_weight() -> None:
@@ -269,6 +311,7 @@ class FakeRouter:
         self.draining = False
         self.ready = ready
         self.started: list[str] = []
+        self.priorities: dict[str, int] = {}
         self.first: dict[str, asyncio.Event] = {}
         self.end: dict[str, asyncio.Event] = {}
         self.sources: list[Callable[[], Mapping[str, tuple[int, int]]]] = []
@@ -281,6 +324,7 @@ class FakeRouter:
             raise NoWorkerAvailableError("this frontend is shutting down; retry on another")
         rid = request.request_id
         self.started.append(rid)
+        self.priorities[rid] = request.sampling.priority
         await self.first.setdefault(rid, asyncio.Event()).wait()
         yield GenerationChunk((1,))
         await self.end.setdefault(rid, asyncio.Event()).wait()
@@ -408,6 +452,23 @@ async def test_health_round_releases_held_requests_when_workers_become_ready() -
         await call.drain()
 
 
+async def test_the_router_gets_the_priority_the_gate_decided() -> None:
+    router = FakeRouter(ready=1)
+    gate, _ = make_gate(router, TenancySettings(), depth=1)
+    heavy = [Call(gate, "heavy", f"h{i}") for i in range(2)]
+    await settle()
+    light = Call(gate, "light", "l0")
+    await settle()
+    assert router.started == ["h0", "l0"]  # past the full bound
+    assert router.priorities == {"h0": PRIORITY_DEFAULT, "l0": PRIORITY_UNDER_SHARE}
+    for rid in ["h0", "l0", "h1"]:
+        router.finish(rid)
+        await settle()
+    for call in [*heavy, light]:
+        await call.drain()
+    assert router.priorities["h1"] == PRIORITY_DEFAULT  # h0 and l0 streaming: both at share
+
+
 async def test_displaced_request_gets_429_with_retry_after() -> None:
     router = FakeRouter(ready=1, max_queued=4)
     gate, registry = make_gate(router, TenancySettings())
@@ -425,7 +486,8 @@ async def test_displaced_request_gets_429_with_retry_after() -> None:
         )
         == 1
     )
-    assert gate.held == 2  # a2 and b0
+    # b holds nothing at the worker: b0 goes past the full bound; a2 stays held.
+    assert gate.held == 1 and router.started == ["a0", "a1", "b0"]
     for rid in ["a0", "a1", "a2", "b0"]:
         router.finish(rid)
         await settle()

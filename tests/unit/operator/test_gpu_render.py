@@ -31,7 +31,7 @@ from tandem_operator.render.profiles import HardwareOptions
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "manifests" / "examples"
 COMPUTE_DOMAIN_CRD = REPO / "tests" / "e2e" / "nvidia_dra" / "computedomain-crd.yaml"
-LWS_CRD = REPO / "tests" / "cluster" / "bin" / "lws-crd.yaml"
+LWS_CRD = REPO / "tests/lws/bin/config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml"
 Manifest = dict[str, Any]
 
 # profile -> (example, profile override): every GPU profile, rendered from a real example.
@@ -255,7 +255,7 @@ def test_multi_node_leader_launches_one_mpi_world_and_followers_serve_ssh() -> N
         assert template["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
 
 
-@pytest.mark.skipif(not LWS_CRD.exists(), reason="LWS CRD not built (tests/cluster/build.sh)")
+@pytest.mark.skipif(not LWS_CRD.exists(), reason="LWS CRD not built (make lws-build)")
 def test_multi_node_workers_match_the_lws_crd_schema() -> None:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the CRD is 1.3 MB of YAML
     crd = yaml.load(LWS_CRD.read_text(), Loader=loader)

@@ -1,6 +1,7 @@
 """``kvCache.offload`` of a pool, rendered: the reference engine's ``offload_*`` options in
 the operator's worker document and the local runtime's command line, the disk tier's
-volume in the worker pod, and the API refusing it for engines without tiers."""
+volume in the worker pod, the simulated engine's tier options, and the API refusing an
+offload without a tier (trtllm's host tier: tests/unit/engines/trtllm/test_trtllm_offload.py)."""
 
 from __future__ import annotations
 
@@ -21,11 +22,10 @@ OFFLOAD = {"enabled": True, "hostBytes": 1 << 30, "diskBytes": 8 << 30, "diskPat
 OPTIONS = {"offload_host_bytes": 1 << 30, "offload_disk_bytes": 8 << 30, "offload_disk_path": "/kv"}
 
 
-def with_decode_offload(offload: dict[str, Any], engine: str = "reference") -> InferenceCluster:
-    doc = load_inference_cluster(EXAMPLE).to_wire()
+def with_decode_offload(offload: dict[str, Any], example: Path = EXAMPLE) -> InferenceCluster:
+    doc = load_inference_cluster(example).to_wire()
     doc["metadata"] |= {"uid": "ic-uid", "namespace": "serving"}
     doc["spec"]["decode"]["kvCache"] = {"offload": offload}
-    doc["spec"]["engine"]["kind"] = engine
     parsed = parse_object(doc)
     assert isinstance(parsed, InferenceCluster)
     return parsed
@@ -54,14 +54,43 @@ def test_the_disk_tier_gets_a_local_volume_capped_at_its_budget() -> None:
     assert all(v["name"] != "kv-offload" for v in prefill["volumes"])
 
 
-def test_the_local_runtime_passes_the_same_options_on_the_command_line(tmp_path: Path) -> None:
-    cr = with_decode_offload(OFFLOAD)
+def local_decode_options(cr: InferenceCluster, tmp_path: Path) -> dict[str, Any]:
+    """The engine options on the local runtime's first decode worker's command line."""
     ports = list(range(41000, 41000 + count_workers(cr)))
     plan = plan_local(cr, state_dir=tmp_path, frontend_port=8123, worker_ports=ports, python="py")
-    (decode,) = plan.pools[PoolRole.DECODE].workers
-    argv = list(decode.argv)
-    options = json.loads(argv[argv.index("--engine-options") + 1])
+    argv = list(plan.pools[PoolRole.DECODE].workers[0].argv)
+    options: dict[str, Any] = json.loads(argv[argv.index("--engine-options") + 1])
+    return options
+
+
+def test_the_local_runtime_passes_the_same_options_on_the_command_line(tmp_path: Path) -> None:
+    options = local_decode_options(with_decode_offload(OFFLOAD), tmp_path)
     assert {k: options[k] for k in OPTIONS} == OPTIONS
+
+
+# The simulated engine models the tiers (nothing is written: no path), its prefix cache on.
+SIMULATED_EXAMPLE = EXAMPLE.with_name("simulated-gpt-oss-120b-gb200.yaml")
+SIMULATED_OPTIONS = {
+    "prefix_cache": True,
+    "offload_host_bytes": 1 << 30,
+    "offload_disk_bytes": 8 << 30,
+}
+
+
+def test_the_simulated_engine_gets_its_tier_options_from_operator_and_local_runtime(
+    tmp_path: Path,
+) -> None:
+    cr = with_decode_offload(OFFLOAD, SIMULATED_EXAMPLE)
+    decode = render_worker_config(cr, PoolRole.DECODE)["engine"]["options"]
+    assert {k: decode[k] for k in SIMULATED_OPTIONS} == SIMULATED_OPTIONS
+    assert "offload_disk_path" not in decode
+    prefill = render_worker_config(cr, PoolRole.PREFILL)["engine"]["options"]
+    assert not set(SIMULATED_OPTIONS) & set(prefill)
+    local = local_decode_options(cr, tmp_path)
+    assert {k: local[k] for k in SIMULATED_OPTIONS} == SIMULATED_OPTIONS
+    # It writes nothing: no disk volume.
+    pod = render_worker_pod_template(cr, PoolRole.DECODE, RenderSettings(), "hash")["spec"]
+    assert all(v["name"] != "kv-offload" for v in pod["volumes"])
 
 
 @pytest.mark.parametrize(
@@ -69,7 +98,6 @@ def test_the_local_runtime_passes_the_same_options_on_the_command_line(tmp_path:
     [
         ({"enabled": True}, "reference", "needs hostBytes or diskBytes"),
         ({"enabled": True, "diskBytes": 1024}, "reference", "diskBytes needs diskPath"),
-        (OFFLOAD, "simulated", "implemented by the reference engine only"),
     ],
 )
 def test_the_api_refuses_an_offload_no_engine_can_run(

@@ -28,7 +28,7 @@ from tandem_operator.render.pods import RenderSettings
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "manifests" / "examples"
-LWS_CRD = REPO / "tests" / "cluster" / "bin" / "lws-crd.yaml"
+LWS_CRD = REPO / "tests/lws/bin/config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml"
 SETTINGS = RenderSettings()
 Manifest = dict[str, Any]
 
@@ -177,7 +177,7 @@ def test_multi_node_pool_renders_a_leader_worker_set() -> None:
     assert ("Deployment", "gpt-oss-120b-prefill") in objects
 
 
-@pytest.mark.skipif(not LWS_CRD.exists(), reason="LWS CRD not built (tests/cluster/build.sh)")
+@pytest.mark.skipif(not LWS_CRD.exists(), reason="LWS CRD not built (make lws-build)")
 def test_leader_worker_set_matches_the_lws_crd_schema() -> None:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the CRD is 1.3 MB of YAML
     crd = yaml.load(LWS_CRD.read_text(), Loader=loader)

@@ -58,6 +58,8 @@ TOY_GPU = GpuPerformance(
     nvlink_bytes_per_second=100.0,
     kv_link=KvLink(LinkKind.RDMA_400G, 50.0, 0.5, 0.1),
     source="toy",
+    host_link=KvLink(LinkKind.PCIE5_X16, 20.0, 0.5, 0.1),
+    disk_link=KvLink(LinkKind.NVME, 5.0, 0.5, 0.1),
 )
 HALF = Efficiency(
     linear=0.5, attention=0.5, memory=0.5, layer_overhead_s=0.01, allreduce_latency_s=0.001

@@ -1,17 +1,40 @@
-"""The autoscaling targets ``tandem plan`` prints: the chosen deployment's per-worker load
-at the planned rate, rounded down, and values the spec accepts."""
+"""The autoscaling targets a plan writes: 0.8x the per-worker load of the chosen
+deployment at the most it serves within the SLO, rounded down, values the spec accepts;
+and that most found by simulating the deployment at rising rates."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 
-from tandem.api.v1alpha1 import DecodeScalingSpec, DisaggregationSpec, PrefillScalingSpec
+from tandem.api.v1alpha1 import (
+    DecodeScalingSpec,
+    DisaggregationSpec,
+    InferenceClusterSpec,
+    PlanningMode,
+    PlanningSpec,
+    PrefillScalingSpec,
+    RequestRateSpec,
+    SloSpec,
+    WorkloadSpec,
+)
+from tandem.api.validate import load_inference_cluster
 from tandem.sim.metrics import Percentiles, Slo
-from tandem.sim.planner import Candidate, Evaluation, Workload
-from tandem.sim.scaling_targets import ScalingTargets, compute_scaling_targets
+from tandem.sim.planner import Candidate, Evaluation, Workload, recommend
+from tandem.sim.scaling_targets import (
+    Capacity,
+    ScalingTargets,
+    compute_scaling_targets,
+    find_capacity,
+)
+from tandem.sim.spec_plan import SEED, compute_workload, plan_spec
+from tandem.sim.spec_setup import compute_setup
 
 SLO = Slo(ttft_p90_s=2.0, itl_p90_s=0.006)
 ANY = Percentiles(0.1, 0.2, 0.3)
+EXAMPLE = Path(__file__).parents[3] / "manifests" / "examples" / "simulated-gpt-oss-120b-gb200.yaml"
 
 
 def chosen(prefill: int, decode: int, mean_decode_seconds: float) -> Evaluation:
@@ -23,44 +46,46 @@ def chosen(prefill: int, decode: int, mean_decode_seconds: float) -> Evaluation:
 @pytest.mark.parametrize(
     ("workload", "evaluation", "expected"),
     [
-        # 5 x 32768 / 2 = 81,920 tokens/s per prefill worker; 5 x 4 s / 3 = 6.67 decoding.
+        # 0.8 x 5 x 32768 / 2 = 65,536 tokens/s per prefill worker; 0.8 x 5 x 4 s / 3 = 5.33.
         pytest.param(
             Workload(32768, 1024, 5.0, SLO),
             chosen(2, 3, 4.0),
-            ScalingTargets(81920, 6, 2.0),
+            ScalingTargets(65536, 5, 2.0),
             id="disaggregated",
         ),
         # No prefill pool: nothing to target there, and no prefill wait to bound.
         pytest.param(
             Workload(32768, 1024, 5.0, SLO),
             chosen(0, 4, 4.0),
-            ScalingTargets(None, 5, None),
+            ScalingTargets(None, 4, None),
             id="aggregated",
         ),
         # Prompts under the disaggregation threshold never reach the prefill pool.
         pytest.param(
             Workload(1024, 1024, 5.0, SLO),
             chosen(1, 3, 4.0),
-            ScalingTargets(None, 6, None),
+            ScalingTargets(None, 5, None),
             id="prompts-too-short-for-the-prefill-pool",
         ),
-        # 0.1 x 2 s / 1 = 0.2 sequences: a target is at least one.
+        # 0.8 x 0.1 x 2 s / 1 = 0.16 sequences: a target is at least one.
         pytest.param(
             Workload(4096, 64, 0.1, SLO),
             chosen(1, 1, 2.0),
-            ScalingTargets(409, 1, 2.0),
+            ScalingTargets(327, 1, 2.0),
             id="light-load",
         ),
     ],
 )
-def test_targets_are_the_per_worker_load_rounded_down(
+def test_targets_are_0_8x_the_per_worker_load_at_capacity_rounded_down(
     workload: Workload, evaluation: Evaluation, expected: ScalingTargets
 ) -> None:
-    assert compute_scaling_targets(workload, evaluation, min_prefill_tokens=2048) == expected
+    capacity = Capacity(workload, evaluation)
+    assert compute_scaling_targets(capacity, min_prefill_tokens=2048) == expected
 
 
 def test_the_targets_are_values_the_spec_accepts() -> None:
-    targets = compute_scaling_targets(Workload(32768, 1024, 5.0, SLO), chosen(2, 3, 4.0), 2048)
+    capacity = Capacity(Workload(32768, 1024, 5.0, SLO), chosen(2, 3, 4.0))
+    targets = compute_scaling_targets(capacity, 2048)
     assert targets.prefill_tokens_per_second_per_replica is not None
     prefill = PrefillScalingSpec(
         target_tokens_per_second_per_replica=targets.prefill_tokens_per_second_per_replica
@@ -69,6 +94,47 @@ def test_the_targets_are_values_the_spec_accepts() -> None:
         target_active_sequences_per_replica=targets.decode_active_sequences_per_replica
     )
     router = DisaggregationSpec(max_prefill_wait_seconds=targets.max_prefill_wait_seconds)
-    assert prefill.target_tokens_per_second_per_replica == 81920
-    assert decode.target_active_sequences_per_replica == 6
+    assert prefill.target_tokens_per_second_per_replica == 65536
+    assert decode.target_active_sequences_per_replica == 5
     assert router.max_prefill_wait_seconds == 2.0
+
+
+def _light_chat_spec(mode: PlanningMode = PlanningMode.AUTO) -> InferenceClusterSpec:
+    base = load_inference_cluster(EXAMPLE).spec
+    return base.model_copy(
+        update={
+            "slo": SloSpec(ttft_p90_seconds=2, itl_p90_seconds=0.010),
+            "workload": WorkloadSpec(
+                isl=1024, osl=256, requests_per_second=RequestRateSpec(min=0.5, max=2)
+            ),
+            "planning": PlanningSpec(mode=mode),
+        }
+    )
+
+
+def test_a_light_plans_capacity_is_found_above_its_rate_and_the_next_step_misses() -> None:
+    spec = _light_chat_spec()
+    workload = compute_workload(spec)
+    setup, limits = compute_setup(spec)
+    plan = recommend(workload, setup, limits, seed=SEED).chosen
+    assert plan is not None and plan.candidate.gpus == 1
+    capacity = find_capacity(workload, plan, setup, SEED)
+    assert capacity.evaluation.meets and capacity.evaluation.candidate == plan.candidate
+    assert capacity.workload.rate > workload.rate
+    assert dataclasses.replace(capacity.workload, rate=workload.rate) == workload
+    # A deployment that misses at the planned rate has no capacity above it.
+    missed = dataclasses.replace(plan, meets=False)
+    assert find_capacity(workload, missed, setup, SEED) == Capacity(workload, missed)
+
+
+def test_a_one_worker_plans_decode_target_is_above_its_planned_load() -> None:
+    """The planned rate's own load as the target sent a second worker up whenever
+    arrivals ran above their mean; the target holds the one worker the plan chose."""
+    spec = _light_chat_spec()
+    plan = plan_spec(spec)
+    assert plan.decode is not None and plan.decode.workers == 1
+    assert plan.autoscaling is not None and plan.predicted is not None
+    workload = compute_workload(spec)
+    # Little's law at the planned rate: 2 req/s x (255 tokens x ITL p90) at most.
+    planned_load = workload.rate * (workload.osl - 1) * plan.predicted.itl_p90_seconds
+    assert plan.autoscaling.decode_active_sequences_per_replica > planned_load

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tandem.engines.base import FinishReason, KvLayout, KvRange, SamplingParams
+from tandem.proto import worker_pb2 as pb
 from tandem.worker import convert
 from tandem.worker.admission import AdmissionLimits, Load, check_admission
 from tandem.worker.errors import KvLayoutMismatch
@@ -69,10 +70,18 @@ def test_matching_layouts_pass_and_mismatches_are_named() -> None:
     [
         SamplingParams(max_tokens=5),
         SamplingParams(max_tokens=7, temperature=0.5, top_p=0.75, seed=0, stop_token_ids=(1, 2)),
+        SamplingParams(max_tokens=3, priority=1),
     ],
 )
 def test_sampling_round_trips(sampling: SamplingParams) -> None:
     assert convert.sampling_from_pb(convert.sampling_to_pb(sampling)) == sampling
+
+
+def test_priority_crosses_the_wire_and_an_older_sender_means_default() -> None:
+    wire = convert.sampling_to_pb(SamplingParams(max_tokens=3, priority=1)).SerializeToString()
+    assert convert.sampling_from_pb(pb.Sampling.FromString(wire)).priority == 1
+    older = pb.Sampling(max_tokens=3).SerializeToString()  # a router without the field
+    assert convert.sampling_from_pb(pb.Sampling.FromString(older)).priority == 0
 
 
 @pytest.mark.parametrize(

@@ -37,6 +37,7 @@ from tandem.engines.base import (
     SamplingParams,
     StepOutput,
 )
+from tandem.engines.priority import prefill_order
 from tandem.engines.reference.config import ReferenceModelConfig
 from tandem.engines.reference.kv_layout import (
     build_kv_layout,
@@ -250,7 +251,14 @@ class ReferenceEngine:
             )
         for _, sequence, params in batch:
             sequence.sampling = params
-        return self._run([rid for rid, _, _ in batch], list(self._prefilling))
+        return self._run([rid for rid, _, _ in batch], self._prefill_order())
+
+    def _prefill_order(self) -> list[str]:
+        """The queued prefills this step advances, in budget order: the highest
+        priority's, by arrival (``tandem.engines.priority``)."""
+        queued = list(self._prefilling)
+        ranks = prefill_order([self._sequences[rid].sampling.priority for rid in queued])
+        return [queued[i] for i in ranks]
 
     def _run(self, decodes: list[str], prefills: list[str]) -> list[StepOutput]:
         config = self.config

@@ -1,6 +1,7 @@
 """What one engine step computes (pure): every decode row, then prefill chunks in arrival
-order under the step's token budget, as vLLM v1's scheduler does, so a long prompt
-advances a chunk per step instead of stalling every decode stream for its whole prefill.
+order (among the highest priority's prompts: ``tandem.engines.priority``) under the
+step's token budget, as vLLM v1's scheduler does, so a long prompt advances a chunk per
+step instead of stalling every decode stream for its whole prefill.
 
 While decode rows wait on the step, a prefill token is charged for its attention too:
 at position p it costs ``1 + p / attention_tokens`` tokens of the budget

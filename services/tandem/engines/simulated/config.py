@@ -15,10 +15,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tandem.api.v1alpha1 import AcceleratorProfile
+from tandem.api.v1alpha1 import AcceleratorProfile, KvOffloadSpec
 from tandem.capacity.gpus import GpuSpec, gpu_for
 from tandem.capacity.models import KvDtype, ModelArchitecture, find_architecture, parse_kv_dtype
 from tandem.engines.base import EngineError
+from tandem.kv.events import Tier
 from tandem.perf.clock import ClockChoice, StepClock, build_clock
 from tandem.perf.hardware import performance_for
 from tandem.perf.model import (
@@ -72,6 +73,15 @@ class SimulatedOptions(BaseModel):
     max_context: int | None = Field(default=None, ge=2)
     # Sequences that can hold KV slots at once (each slot is the real handoff payload).
     kv_slots: int = Field(default=4096, ge=1)
+    # Reuse of prompt KV (``kv_reuse``): full prompt blocks stay in the pool's free space
+    # after their sequence ends and spare a later prompt that begins with them; off by
+    # default, as the clock's measurements were taken without reuse.
+    prefix_cache: bool = False
+    # Offload tiers below the pool (the pool's kvCache.offload): bytes of host memory and
+    # of local disk per worker; their blocks come back over the profile's host and disk
+    # links (``tandem.perf.hardware``). Nothing is stored: only the clock pays.
+    offload_host_bytes: int = Field(default=0, ge=0)
+    offload_disk_bytes: int = Field(default=0, ge=0)
 
 
 class SimulatedConfig:
@@ -135,6 +145,23 @@ class SimulatedConfig:
         except ValueError as exc:
             raise SimulatedConfigError(f"option clock/perf_table: {exc}") from exc
         self.max_context = options.max_context or architecture.max_context
+        if options.offload_host_bytes or options.offload_disk_bytes:
+            if not options.prefix_cache:
+                raise SimulatedConfigError("KV offload (offload_*_bytes) needs prefix_cache")
+            if on_cpu:
+                raise SimulatedConfigError(
+                    "KV offload (offload_*_bytes) needs a GPU accelerator: its tiers are "
+                    "modelled with the profile's host and disk links"
+                )
+
+    def offload_blocks(self, capacity: KvCapacity) -> dict[Tier, int]:
+        """What each offload tier holds, in pool blocks: a worker's tier keeps every
+        rank's shard of a block (``capacity`` counts one GPU's)."""
+        block = capacity.block_bytes * self.options.tensor_parallel_size
+        return {
+            Tier.HOST: self.options.offload_host_bytes // block,
+            Tier.DISK: self.options.offload_disk_bytes // block,
+        }
 
     def compute_capacity(
         self,
@@ -183,13 +210,24 @@ def render_simulated_options(
     model: str,
     accelerator: AcceleratorProfile,
     tensor_parallel_size: int,
+    offload: KvOffloadSpec,
 ) -> dict[str, Any]:
     """``options`` with what the spec already says filled in (pure): the model, the
-    accelerator profile (unless it is cpu) and the pool's TP size."""
+    accelerator profile (unless it is cpu), the pool's TP size, and its
+    ``kvCache.offload`` (which turns the prefix cache on unless the options say
+    otherwise; the disk tier's path is the reference engine's business, nothing is
+    written here)."""
     defaults: dict[str, Any] = {"model": model, "tensor_parallel_size": tensor_parallel_size}
     if accelerator is not AcceleratorProfile.CPU:
         defaults["accelerator"] = accelerator.value
-    return {**defaults, **options}
+    tiers: dict[str, Any] = {}
+    if offload.enabled:
+        defaults["prefix_cache"] = True
+        tiers = {
+            "offload_host_bytes": offload.host_bytes,
+            "offload_disk_bytes": offload.disk_bytes,
+        }
+    return {**defaults, **options, **tiers}
 
 
 def _load_table(path: str | None) -> PerfTable | None:

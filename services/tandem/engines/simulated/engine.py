@@ -10,6 +10,11 @@ with TensorRT-LLM's no-evict admission (``scheduler``), so queueing and KV press
 from the load. A handoff moves a real 64-byte payload per sequence through the worker's
 KV transport; the time the real KV would take is the clock's ``kv_transfer_seconds``,
 which the worker waits out (``kv_transfer_delay_s``) before the decode side commits.
+With ``prefix_cache`` a prompt's leading blocks that an earlier sequence left in the pool
+are not computed again, and with offload tiers (``offload_*_bytes``) blocks evicted from
+the pool go to host memory, then disk, and come back on a hit for their bytes over the
+profile's host or disk link (``kv_reuse``; ``drain_kv_events`` says which tier holds
+what, as the reference engine's events do).
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from tandem.engines.base import (
     SamplingParams,
     StepOutput,
 )
+from tandem.engines.priority import admission_order, prefill_order
 from tandem.engines.simulated.config import SimulatedConfig
+from tandem.engines.simulated.kv_reuse import KvReuse
 from tandem.engines.simulated.pacing import Pacer
 from tandem.engines.simulated.scheduler import Waiting, choose_admissions, plan_chunks
 from tandem.engines.simulated.sequence import Sequence, SequenceState
@@ -46,7 +53,9 @@ from tandem.engines.simulated.tokens import (
     encode_payload,
     hash_prompt,
 )
-from tandem.perf.model import Chunk, KvCapacity, compute_sequence_blocks
+from tandem.kv.block_hashes import BlockName, compute_block_names
+from tandem.kv.events import KvCacheEvent
+from tandem.perf.model import Chunk, KvCapacity, compute_onboard_seconds, compute_sequence_blocks
 
 logger = logging.getLogger(__name__)
 
@@ -67,12 +76,18 @@ class SimulatedEngine:
             tokens_per_block=options.tokens_per_block,
         )
         self._free_blocks = self.capacity.blocks
+        self._reuse = (
+            KvReuse(config.offload_blocks(self.capacity)) if options.prefix_cache else None
+        )
+        self._offloading = bool(options.offload_host_bytes or options.offload_disk_bytes)
         self._region = np.zeros(options.kv_slots * PAYLOAD_BYTES, dtype=np.uint8)
         self._free_slots = list(range(options.kv_slots - 1, -1, -1))
         self._sequences: dict[str, Sequence] = {}
         self._waiting: dict[str, None] = {}  # arrival order
         self._prefilling: dict[str, None] = {}
         self._computed_tokens = 0
+        self._cached_tokens = 0  # prompt tokens reused from the device pool
+        self._onboarded_tokens = 0  # ... and brought back from the offload tiers
         self.pacer = Pacer(options.speedup)
         self._work_waited = False
         self._busy = False
@@ -128,9 +143,11 @@ class SimulatedEngine:
             state=SequenceState.WAITING,
             local=True,
             max_tokens=sampling.max_tokens,
+            priority=sampling.priority,
             prompt=list(prompt),
             seed=sampling.seed if sampling.temperature > 0 else None,
             stop_ids=sampling.stop_token_ids,
+            names=self._names(prompt),
         )
         self._sequences[request_id] = sequence
         self._waiting[request_id] = None
@@ -172,6 +189,7 @@ class SimulatedEngine:
             max_tokens=None,
             generated=1,
             last_token=first_token,
+            names=self._names(prompt),
         )
         return self._layout(len(prompt), slot)
 
@@ -226,6 +244,7 @@ class SimulatedEngine:
             if sequence.finish is not None:
                 raise EngineError(f"request {request_id!r} already finished ({sequence.finish})")
             sequence.stop_ids = params.stop_token_ids
+            sequence.priority = params.priority
             if sequence.max_tokens is None:
                 sequence.max_tokens = params.max_tokens
         return self._run(sampling)
@@ -235,7 +254,7 @@ class SimulatedEngine:
     ) -> tuple[list[StepOutput], float]:
         self._admit()
         rows = [rid for rid in sampling if self._sequences[rid].state is SequenceState.READY]
-        prefilling = [only] if only is not None else list(self._prefilling)
+        prefilling = [only] if only is not None else self._prefill_order()
         remaining = [
             self._sequences[rid].prompt_len - self._sequences[rid].computed for rid in prefilling
         ]
@@ -248,6 +267,10 @@ class SimulatedEngine:
         modelled = self.config.clock.step_seconds(
             contexts, [Chunk(self._sequences[rid].computed, n) for rid, n in work]
         )
+        for rid, _ in work:
+            # A hit's blocks come back from the tiers before its first chunk runs.
+            modelled += self._sequences[rid].onboard_s
+            self._sequences[rid].onboard_s = 0.0
         outputs = [self._decode(rid) for rid in rows]
         outputs += [out for rid, n in work if (out := self._advance(rid, n)) is not None]
         return outputs, modelled
@@ -295,6 +318,7 @@ class SimulatedEngine:
         sequence.finish = self._finish_reason(sequence)
         sequence.state = SequenceState.READY
         del self._prefilling[request_id]
+        self._hold_all(sequence)
         start = sequence.slot * PAYLOAD_BYTES
         payload = encode_payload(Payload(state, sequence.prompt_len, token))
         self._region[start : start + PAYLOAD_BYTES] = np.frombuffer(payload, dtype=np.uint8)
@@ -306,8 +330,14 @@ class SimulatedEngine:
         )
         return StepOutput(request_id, token, sequence.finish, prefill=result)
 
+    def _prefill_order(self) -> list[str]:
+        queued = list(self._prefilling)
+        return [queued[i] for i in prefill_order([self._sequences[r].priority for r in queued])]
+
     def _admit(self) -> None:
-        order = list(self._waiting)
+        waiting = list(self._waiting)
+        ranks = admission_order([self._sequences[rid].priority for rid in waiting])
+        order = [waiting[i] for i in ranks]
         entries = [
             Waiting(self._sequences[rid].max_tokens is not None, self._need(self._sequences[rid]))
             for rid in order
@@ -323,8 +353,34 @@ class SimulatedEngine:
             if sequence.local:
                 sequence.state = SequenceState.PREFILLING
                 self._prefilling[rid] = None
+                self._reuse_prefix(sequence)
             else:
                 sequence.state = SequenceState.READY
+                self._hold_all(sequence)
+        if self._reuse is not None:
+            self._reuse.evict(self._free_blocks)
+
+    def _reuse_prefix(self, sequence: Sequence) -> None:
+        """Start ``sequence``'s prefill after the blocks the cache and the tiers hold
+        (at least its last prompt token is computed: it yields the first answer token)."""
+        if self._reuse is None:
+            return
+        hit = self._reuse.acquire(sequence.names)
+        sequence.held = hit.blocks
+        block = self.config.options.tokens_per_block
+        sequence.computed = min(hit.blocks * block, sequence.prompt_len - 1)
+        cached = min(hit.device * block, sequence.computed)
+        self._cached_tokens += cached
+        self._onboarded_tokens += sequence.computed - cached
+        onboarded = {tier: blocks * block for tier, blocks in hit.onboarded.items()}
+        sequence.onboard_s = compute_onboard_seconds(self.config.perf, onboarded)
+
+    def _hold_all(self, sequence: Sequence) -> None:
+        """The rest of ``sequence``'s prompt blocks are in the pool now (computed, or
+        received from a prefill worker)."""
+        if self._reuse is not None:
+            self._reuse.hold(sequence.names, sequence.held)
+            sequence.held = len(sequence.names)
 
     # -- bookkeeping ------------------------------------------------------------------
 
@@ -336,6 +392,13 @@ class SimulatedEngine:
         self._prefilling.pop(request_id, None)
         self._free_blocks += sequence.blocks
         self._free_slots.append(sequence.slot)
+        if self._reuse is not None:
+            self._reuse.release(sequence.names[: sequence.held])
+
+    def drain_kv_events(self) -> list[KvCacheEvent]:
+        """Where the prefix cache's blocks went since the previous call, tier by tier
+        (none without ``prefix_cache``)."""
+        return [] if self._reuse is None else self._reuse.drain_events()
 
     def stats(self) -> EngineStats:
         active = sum(
@@ -349,7 +412,11 @@ class SimulatedEngine:
             kv_blocks_free=self._free_blocks,
             kv_block_size=self.config.options.tokens_per_block,
             queued_requests=len(self._waiting),
+            prompt_tokens_cached=self._cached_tokens,
+            prompt_tokens_onboarded=self._onboarded_tokens,
             prompt_tokens_computed=self._computed_tokens,
+            kv_blocks_cached=self._reuse.cached if self._reuse else 0,
+            offload=self._reuse.stats() if self._reuse and self._offloading else None,
         )
 
     def _need(self, sequence: Sequence) -> int:
@@ -359,6 +426,11 @@ class SimulatedEngine:
         tokens = sequence.prompt_len + (sequence.max_tokens or 1)
         need = compute_sequence_blocks(self.config.perf, self.capacity, tokens)
         return min(need, self.capacity.blocks)
+
+    def _names(self, prompt: Seq[int]) -> tuple[BlockName, ...]:
+        if self._reuse is None:
+            return ()
+        return tuple(compute_block_names(prompt, self.config.options.tokens_per_block))
 
     @staticmethod
     def _context(sequence: Sequence) -> int:

@@ -1,14 +1,17 @@
 """What one simulated step runs (pure): which waiting sequences get KV, and how many
 prompt tokens each prefill advances.
 
-Admission is TensorRT-LLM's default capacity policy, "guaranteed no evict": a sequence
-starts only once the KV for its prompt *and* its whole answer is free, in arrival order
-(a large request at the head waits; those behind it wait too), and at most
-``max_batch_size`` sequences hold KV at once. Sequences that cannot start wait in the
+Admission is TensorRT-LLM's default capacity policy, "guaranteed no evict", plus the
+request priority that TensorRT-LLM's LLM API lacks (``tandem.engines.trtllm.engine``): a
+sequence starts only once the KV for its prompt *and* its whole answer is free, in
+admission order -- priority, then arrival (``tandem.engines.priority``); a large request
+at the head waits, and those behind it wait too -- and at most ``max_batch_size``
+sequences hold KV at once. Sequences that cannot start wait in the
 engine's queue, so queueing and KV pressure emerge from the load.
 
 Chunked prefill: every decode row takes one token of the step's ``max_num_tokens``; the
-rest goes to prefill chunks in arrival order.
+rest goes to prefill chunks, in arrival order among the prompts of the highest priority
+prefilling (``tandem.engines.priority.prefill_order`` picks them).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ class Waiting:
 def choose_admissions(
     waiting: Sequence[Waiting], free_blocks: int, free_batch_slots: int
 ) -> list[int]:
-    """Indices of ``waiting`` (arrival order) that start now."""
+    """Indices of ``waiting`` (admission order) that start now."""
     admitted = []
     for index, entry in enumerate(waiting):
         if not entry.ready:
@@ -40,8 +43,8 @@ def choose_admissions(
 
 
 def plan_chunks(max_num_tokens: int, decode_rows: int, remaining: Sequence[int]) -> list[int]:
-    """Prompt tokens each prefilling sequence (``remaining`` tokens each, arrival order)
-    computes this step."""
+    """Prompt tokens each prefilling sequence (``remaining`` tokens each, in the order
+    the budget goes to them) computes this step."""
     share = max(0, max_num_tokens - decode_rows)
     chunks = []
     for left in remaining:

@@ -18,6 +18,10 @@ pool's ``engineOptions`` (merged over them) pass through, with these rules on to
   on Hopper — 1.2.1 defaults to CUTLASS, which is slower for MXFP4 (TensorRT-LLM's
   gpt-oss deployment guide, 1.2.0rc2.post2).
 * Chunked prefill on, so prompts longer than ``max_num_tokens`` are prefilled in steps.
+* The pool's ``kvCache.offload`` as TensorRT-LLM's host tier: ``host_cache_size`` (the
+  secondary pool, per rank) from ``hostBytes`` split over the worker's TP ranks; blocks
+  found there are copied back on a prefix hit (``onboard_blocks``, default true). No disk
+  tier: TensorRT-LLM has none (the API refuses ``diskBytes`` for trtllm pools).
 * Optional Eagle-3 speculative decoding from the decode pool's ``eagle3`` option,
   mirrored onto prefill workers: the context phase produces the first draft tokens that
   ride along in the disaggregated params (TensorRT-LLM configures both sides alike in
@@ -114,6 +118,7 @@ def render_trtllm_config(
     _check_user_options(spec, role, pool, options)
 
     rendered = merge_options(_defaults(spec, role, pool), options)
+    rendered["kv_cache_config"] = _host_offload(rendered["kv_cache_config"], role, pool)
     rendered["disable_overlap_scheduler"] = _overlap_scheduler_off(role, options)
     kv_cache = rendered["kv_cache_config"]
     tokens_per_block = _positive_int(kv_cache, "tokens_per_block", "kv_cache_config")
@@ -208,6 +213,39 @@ def _check_user_options(
             "prefill.engineOptions.eagle3: set Eagle-3 on the decode pool (or "
             "spec.engine.options); prefill workers get the same speculative config"
         )
+
+
+def _host_offload(kv_cache: Mapping[str, Any], role: PoolRole, pool: PoolSpec) -> dict[str, Any]:
+    """``kv_cache`` with the pool's host tier (see the module docstring).
+
+    ``KvCacheConfig`` fields (``tensorrt_llm/llmapi/llm_args.py``, the stored versions
+    ``version.py`` lists, index ids 1090804222 and 7019226376): ``host_cache_size``
+    (bytes, default None: no secondary pool), ``onboard_blocks`` (default True: a block
+    found in host memory is copied back into the GPU pool) and
+    ``secondary_offload_min_priority`` (default None). Each rank's ``KVCacheManager``
+    sizes its own secondary pool, ``host_cache_size // get_cache_bytes_per_token()`` of
+    its shard (``tensorrt_llm/_torch/pyexecutor/resource_manager.py``, stored version
+    index id 56304441455), so a worker of TP ranks holds TP x ``host_cache_size``.
+    ``secondary_offload_min_priority`` stays unset: unset, the LRU eviction policy uses
+    ``kDefaultSecondaryOffloadMinPriority`` = 30 and offloads a primary block whose
+    priority is at least that (``cpp/tensorrt_llm/batch_manager/evictionPolicy.cpp``,
+    stored version index id 781321096), and every block Tandem's requests store has the
+    default priority, ``kDefaultRetentionPriority`` = 35 (Tandem sets no retention
+    priorities), so every evicted block may go to host memory.
+    """
+    offload = pool.kv_cache.offload
+    rendered = dict(kv_cache)
+    host_cache_size = offload.host_bytes // pool.tensor_parallel_size if offload.enabled else 0
+    requested = rendered.get("host_cache_size")
+    if requested is not None and requested != (host_cache_size or None):
+        raise TrtllmConfigError(
+            f"engine options of the {role.value} pool: kv_cache_config.host_cache_size="
+            f"{requested!r} contradicts {role.value}.kvCache.offload (host_cache_size "
+            f"{host_cache_size or None}); set the host tier in kvCache.offload.hostBytes"
+        )
+    if host_cache_size:
+        rendered["host_cache_size"] = host_cache_size
+    return rendered
 
 
 def _overlap_scheduler_off(role: PoolRole, options: Mapping[str, Any]) -> bool:

@@ -270,6 +270,12 @@ class TrtllmEngine:
             )
 
     def _sampling(self, api: TrtllmApi, sampling: SamplingParams) -> Any:
+        # ``sampling.priority`` stays unmapped: TensorRT-LLM 1.2.1's LLM API has no request
+        # priority. ``LLM.generate_async`` (tensorrt_llm/llmapi/llm.py; the fake in
+        # tests/fakes/tensorrt_llm mirrors its 1.2.1 signature) takes none, and
+        # ``SchedulingParams`` (tensorrt_llm/scheduling_params.py) places a request on an
+        # attention-DP rank, nothing more. Its executor keeps its own arrival order; the
+        # frontend's dispatch gate is what keeps a light tenant out of a backlog there.
         greedy = sampling.temperature == 0.0
         return api.sampling_params(
             max_tokens=sampling.max_tokens,

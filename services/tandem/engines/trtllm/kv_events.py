@@ -28,8 +28,16 @@ prompt. The translator remembers TensorRT-LLM hash -> Tandem name, to name a lat
 block's parent and to translate ``removed`` events. A block whose parent it never saw
 (events lost to a full ``event_buffer_max_size``) cannot be named and is skipped; so are
 sliding-window pools (``window_size`` below the model's full context: their blocks do
-not stay a reusable prefix), ``created`` (pool sizes) and ``updated`` (priority or cache
-level moves; an offloaded block is still reusable).
+not stay a reusable prefix) and ``created`` (pool sizes).
+
+**Tiers.** With a host tier (``kv_cache_config.host_cache_size``) TensorRT-LLM moves
+blocks between its primary (GPU) and secondary (host) pools and says so with
+``updated`` events whose ``cache_level`` is an ``event_diff`` (``{"type": "event_diff",
+"old_value": O, "new_value": N}``; level 0 is primary, 1 secondary: ``getCacheLevel`` in
+``cpp/tensorrt_llm/batch_manager/evictionPolicy.cpp``). Each becomes what the reference
+engine's tiers report: removed from the old tier, stored in the new one. ``removed``
+names the tier the block was last in. Newly stored blocks are computed into the primary
+pool. ``updated`` events that change only the priority are skipped.
 """
 
 from __future__ import annotations
@@ -39,7 +47,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tandem.kv.block_hashes import ROOT, BlockName, chain_block_hash, compute_tokens_hashes
-from tandem.kv.events import BlocksRemoved, BlocksStored, KvCacheEvent
+from tandem.kv.events import BlocksRemoved, BlocksStored, KvCacheEvent, Tier
+
+# TensorRT-LLM's cache levels (0: primary, GPU; 1: secondary, host) as Tandem's tiers.
+TIER_OF_CACHE_LEVEL = {0: Tier.DEVICE, 1: Tier.HOST}
 
 
 @dataclass(slots=True)
@@ -55,7 +66,9 @@ class TrtllmKvEventTranslator:
     def __init__(self, block_size: int, full_window: int) -> None:
         self._block_size = block_size
         self._full_window = full_window
-        self._names: dict[int, int] = {}  # TensorRT-LLM block_hash -> Tandem block_hash
+        # TensorRT-LLM block_hash -> (the Tandem block_hash of its parent, its Tandem
+        # name, the tier it is in).
+        self._blocks: dict[int, tuple[int | None, BlockName, Tier]] = {}
         self.counts = TranslationCounts()
 
     def translate(self, events: Iterable[Mapping[str, Any]]) -> list[KvCacheEvent]:
@@ -72,10 +85,10 @@ class TrtllmKvEventTranslator:
                 if stored is not None:
                     out.append(stored)
             elif kind == "removed":
-                removed = self._removed(data)
-                if removed is not None:
-                    out.append(removed)
-            elif kind not in ("created", "updated"):
+                out += self._removed(data)
+            elif kind == "updated":
+                out += self._updated(data)
+            elif kind != "created":
                 self.counts.skipped += 1
         return out
 
@@ -83,30 +96,51 @@ class TrtllmKvEventTranslator:
         trt_parent = data.get("parent_hash")
         if trt_parent is None:
             parent: int | None = None
-        elif trt_parent in self._names:
-            parent = self._names[trt_parent]
+        elif trt_parent in self._blocks:
+            parent = self._blocks[trt_parent][1].block_hash
         else:
             self.counts.skipped += 1  # its prefix was never reported: unnameable
             return None
         names: list[BlockName] = []
-        chain = ROOT if parent is None else parent
+        previous = parent
         for block in data.get("blocks") or ():
             tokens = [int(t["token_id"]) for t in block.get("tokens") or ()]
             if len(tokens) != self._block_size:
                 self.counts.skipped += 1
                 break  # a partial block ends what can be shared
             (tokens_hash,) = compute_tokens_hashes(tokens, self._block_size)
-            chain = chain_block_hash(chain, tokens_hash)
-            self._names[int(block["block_hash"])] = chain
-            names.append(BlockName(chain, tokens_hash))
+            chain = ROOT if previous is None else previous
+            name = BlockName(chain_block_hash(chain, tokens_hash), tokens_hash)
+            self._blocks[int(block["block_hash"])] = (previous, name, Tier.DEVICE)
+            previous = name.block_hash
+            names.append(name)
         if not names:
             return None
         self.counts.stored += len(names)
         return BlocksStored(parent, tuple(names))
 
-    def _removed(self, data: Mapping[str, Any]) -> BlocksRemoved | None:
-        ours = [self._names.pop(int(h)) for h in data.get("block_hashes") or () if h in self._names]
-        if not ours:
-            return None
-        self.counts.removed += len(ours)
-        return BlocksRemoved(tuple(ours))
+    def _removed(self, data: Mapping[str, Any]) -> list[BlocksRemoved]:
+        gone = [
+            self._blocks.pop(int(h)) for h in data.get("block_hashes") or () if h in self._blocks
+        ]
+        self.counts.removed += len(gone)
+        by_tier: dict[Tier, list[int]] = {}
+        for _, name, tier in gone:
+            by_tier.setdefault(tier, []).append(name.block_hash)
+        return [BlocksRemoved(tuple(hashes), tier) for tier, hashes in by_tier.items()]
+
+    def _updated(self, data: Mapping[str, Any]) -> list[KvCacheEvent]:
+        """A block moved between the GPU and host pools: removed from one tier, stored
+        in the other (nothing for a priority change or a block never named)."""
+        diff = data.get("cache_level")
+        if not isinstance(diff, Mapping):
+            return []
+        known = self._blocks.get(int(data.get("block_hash", -1)))
+        old = TIER_OF_CACHE_LEVEL.get(diff.get("old_value", -1))
+        new = TIER_OF_CACHE_LEVEL.get(diff.get("new_value", -1))
+        if known is None or old is None or new is None or old is new:
+            self.counts.skipped += 1
+            return []
+        parent, name, tier = known
+        self._blocks[int(data["block_hash"])] = (parent, name, new)
+        return [BlocksRemoved((name.block_hash,), tier), BlocksStored(parent, (name,), new)]

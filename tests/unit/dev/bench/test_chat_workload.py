@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from tandem_dev.bench.chat_workload import (
     add_counts,
     build_chat_workload,
+    build_tool_chat_workload,
     compute_replica,
     interleave_turns,
     sum_samples,
@@ -38,6 +39,20 @@ def test_a_workload_needs_a_chat_a_turn_and_a_rule() -> None:
     for args in ((0, 3, 5), (2, 0, 5), (2, 3, 0)):
         with pytest.raises(ValueError, match="at least 1"):
             build_chat_workload(args[0], args[1], rules=args[2])
+
+
+def test_tool_chats_carry_a_distinct_tool_output_after_each_desk_message() -> None:
+    desk = build_chat_workload(3, 2, rules=5, seed=4)
+    tools = build_tool_chat_workload(3, 2, rules=5, log_lines=4, seed=4)
+    assert tools.system == desk.system
+    assert build_tool_chat_workload(3, 2, rules=5, log_lines=4, seed=4) == tools
+    for asked, sent in zip(desk.conversations, tools.conversations, strict=True):
+        for question, message in zip(asked, sent, strict=True):
+            head, log = message.split("\nOutput of the diagnostics tool:\n")
+            assert head == question
+            assert len(log.splitlines()) == 4
+    logs = [m.split("tool:\n")[1] for turns in tools.conversations for m in turns]
+    assert len(set(logs)) == len(logs) == 6
 
 
 def test_turns_are_sent_round_by_round_each_chat_in_its_order() -> None:

@@ -18,7 +18,7 @@ from tandem.engines.base import SamplingParams
 from tandem.engines.trtllm import TrtllmEngine, TrtllmEngineOptions, render_trtllm_config
 from tandem.engines.trtllm.kv_events import TrtllmKvEventTranslator
 from tandem.kv.block_hashes import compute_block_names
-from tandem.kv.events import BlocksRemoved, BlocksStored, KvCacheState
+from tandem.kv.events import BlocksRemoved, BlocksStored, KvCacheState, Tier
 
 ROOT = Path(__file__).resolve().parents[4]
 EXAMPLE = ROOT / "manifests" / "examples" / "gpt-oss-120b-gb200.yaml"
@@ -73,6 +73,55 @@ def test_what_cannot_be_named_is_skipped_not_guessed() -> None:
     ]
     assert translator.translate(events) == []
     assert translator.counts.skipped == 3
+
+
+def updated(block_hash: int, cache_level: tuple[int, int] | None) -> Any:
+    """An ``updated`` event as ``KVCacheEventSerializer._updated_to_json`` writes it."""
+    diff = None
+    if cache_level is not None:
+        old, new = cache_level
+        diff = {"type": "event_diff", "new_value": new, "old_value": old}
+    priority = {"type": "event_diff", "new_value": 35, "old_value": 35}
+    data = {"type": "updated", "block_hash": block_hash, "cache_level": diff, "priority": priority}
+    return {"event_id": 5, "window_size": 4096, "data": data}
+
+
+def test_blocks_moved_to_host_memory_and_back_change_tier() -> None:
+    prompt = list(range(100, 100 + 2 * BLOCK))
+    names = compute_block_names(prompt, BLOCK)
+    translator = TrtllmKvEventTranslator(BLOCK, full_window=4096)
+    translator.translate([stored(None, [(901, prompt[:BLOCK]), (902, prompt[BLOCK:])])])
+    offloaded = translator.translate([updated(902, (0, 1))])
+    assert offloaded == [
+        BlocksRemoved((names[1].block_hash,), Tier.DEVICE),
+        BlocksStored(names[0].block_hash, (names[1],), Tier.HOST),
+    ]
+    # Removed from host memory: the tier it is in now.
+    removed = translator.translate(
+        [{"event_id": 6, "data": {"type": "removed", "block_hashes": [901, 902]}}]
+    )
+    assert removed == [
+        BlocksRemoved((names[0].block_hash,), Tier.DEVICE),
+        BlocksRemoved((names[1].block_hash,), Tier.HOST),
+    ]
+
+
+def test_onboarded_blocks_return_to_the_device_tier() -> None:
+    prompt = list(range(BLOCK))
+    (name,) = compute_block_names(prompt, BLOCK)
+    translator = TrtllmKvEventTranslator(BLOCK, full_window=4096)
+    translator.translate([stored(None, [(7, prompt)]), updated(7, (0, 1))])
+    assert translator.translate([updated(7, (1, 0))]) == [
+        BlocksRemoved((name.block_hash,), Tier.HOST),
+        BlocksStored(None, (name,), Tier.DEVICE),
+    ]
+
+
+def test_priority_changes_and_unknown_blocks_move_nothing() -> None:
+    translator = TrtllmKvEventTranslator(BLOCK, full_window=4096)
+    translator.translate([stored(None, [(7, list(range(BLOCK)))])])
+    events = [updated(7, None), updated(8, (0, 1)), updated(7, (0, 2))]
+    assert translator.translate(events) == []
 
 
 @pytest.fixture

@@ -1,0 +1,467 @@
+"""KV offload tiers on long multi-turn chats: with offload and without, KV-event routing
+and round-robin, on SmolLM2 through the real stack (issue 37).
+
+The load (``chat_workload.build_tool_chat_workload``): an agent's desk -- a ~1,000-token
+system prompt shared by every chat, and chats whose every user turn carries a ~300-token
+diagnostics tool output that the conversation keeps, so each turn's prompt is the whole
+history plus one more tool output. Answers are greedy and short (decoding is not what
+offload changes), and go back into the history. Every chat's first turn, then every
+chat's second, and so on: each chat's history waits while the others take their turn.
+
+The tiers are sized so the chats cannot stay on the device: each worker's device KV pool
+holds the longest prompt with a little room (``num_kv_blocks``), the host tier twice
+that, the disk tier (NIXL's POSIX backend) all the chats' KV; the chats' working set --
+the system prompt once plus every chat's history -- is at least 4x the device pools of
+a whole fleet. Sizes come from the chats rendered through SmolLM2's own tokenizer and
+chat template (placeholder answers of the answers' length), before anything starts.
+
+Rows, each on its own fleet as ``tandem up`` plans it (``plan_local``): 2 workers of
+the decode pool that prefill their own prompts, no prefill pool -- so where the router
+sends a turn decides which caches and tiers it finds (with a prefill pool, round-robin's
+prefills all go to the first prefill worker when the pool is idle, whose tiers would
+hold every chat: the kv-routing section) -- and the real frontend:
+
+- KV-event routing, offload on;
+- KV-event routing, offload off (evicted KV is recomputed);
+- round-robin, offload on. The number of chats is odd: with an even number and 2 workers,
+  round-robin would send every turn of a chat to the same worker.
+
+The rows run side by side with the same chats in the same order, their requests
+interleaved one at a time (a different row first at each step), so whatever load the
+shared machine carries hits every row alike, and each request finds its fleet idle: what
+decides its TTFT is what its worker must compute. Prompt tokens computed, served from
+the device cache and onboarded from the tiers are the workers' own counters. Greedy
+answers must come out the same in every row; the section says whether they did.
+Bounded: rows x chats x turns requests (+1 warm-up per row), a deadline for the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from openai import AsyncOpenAI
+from openai.types.chat import ChatCompletionMessageParam
+
+from tandem.api.v1alpha1 import InferenceCluster, RoutingPolicy
+from tandem.api.validate import parse_inference_cluster
+from tandem.devcluster.ports import allocate_ports
+from tandem.engines.reference.config import ReferenceModelConfig
+from tandem.engines.reference.gguf_weights import open_gguf, read_architecture
+from tandem.kv import nixl_available
+from tandem.models.catalog import SMOLLM2_SOURCE
+from tandem.models.source import resolve_local_model_file
+from tandem.tokenization.gguf_tokenizer import load_gguf_tokenizer
+from tandem.tokenization.protocol import ChatMessage, Tokenizer
+from tandem_dev.bench.chat_fleet import SERVED, WorkerCounts, ask, write_plan
+from tandem_dev.bench.chat_workload import (
+    ChatWorkload,
+    build_tool_chat_workload,
+    interleave_turns,
+    summarize_ttft,
+)
+from tandem_dev.bench.local_fleet import FRONTEND, run_frontends, run_workers
+
+TARGET_SPEEDUP = 2.0  # issue 37: TTFT p50 with offload vs without, KV routing vs round-robin
+WORKING_SET_FLOOR = 4.0  # issue 37: the working set against the device pool
+CHATS = 15  # odd: see the docstring
+TURNS = 4
+RULES = 32  # ~1,000 system-prompt tokens
+LOG_LINES = 12  # ~300 tokens of tool output per turn
+MAX_TOKENS = 8
+WORKERS = 2
+HOST_POOLS = 2  # the host tier holds this many device pools: the disk tier the rest
+GAP_S = 1.5  # between a fleet's requests: longer than its router's health round (1 s)
+STARTUP_S = 300.0
+RUN_BUDGET_S = 2400.0
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    label: str
+    routing: RoutingPolicy
+    offload: bool
+
+
+ROWS = (
+    Row("KV routing, offload", RoutingPolicy.KV_AWARE, True),
+    Row("KV routing, no offload", RoutingPolicy.KV_AWARE, False),
+    Row("round-robin, offload", RoutingPolicy.ROUND_ROBIN, True),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Sizing:
+    """A worker's tiers, in tokens, for chats of ``working_set`` tokens of KV whose
+    longest prompt (with its answer) is ``longest_prompt``."""
+
+    block: int
+    pool_tokens: int
+    host_tokens: int
+    disk_tokens: int
+    longest_prompt: int
+    working_set: int
+
+    def working_set_ratio(self, workers: int) -> float:
+        """The working set against the device pools of ``workers`` workers."""
+        return self.working_set / (self.pool_tokens * workers)
+
+
+def size_tiers(longest_prompt: int, working_set: int, block: int, host_pools: int) -> Sizing:
+    """The device pool holds the longest prompt and its answer, plus two blocks of slack
+    (the model's answers may take more tokens than the placeholders estimated); the host
+    tier ``host_pools`` pools; the disk tier the whole working set, which any worker may
+    end up holding under round-robin."""
+    pool = _round_up(longest_prompt, block) + 2 * block
+    return Sizing(
+        block,
+        pool,
+        host_pools * pool,
+        _round_up(working_set, block),
+        longest_prompt,
+        working_set,
+    )
+
+
+def _round_up(tokens: int, block: int) -> int:
+    return -(-tokens // block) * block
+
+
+def estimate_tokens(workload: ChatWorkload, tokenizer: Tokenizer, answer: str) -> tuple[int, int]:
+    """(longest prompt, working set) in tokens: each chat rendered whole through the
+    chat template, ``answer`` standing for every answer; the working set counts the
+    shared system prompt once."""
+    system = [ChatMessage("system", workload.system)]
+    shared = len(tokenizer.apply_chat_template(system, add_generation_prompt=False))
+    whole = []
+    for chat in workload.conversations:
+        messages = list(system)
+        for message in chat:
+            messages += [ChatMessage("user", message), ChatMessage("assistant", answer)]
+        whole.append(len(tokenizer.apply_chat_template(messages, add_generation_prompt=False)))
+    return max(whole), shared + sum(n - shared for n in whole)
+
+
+def _smollm2() -> tuple[Tokenizer, ReferenceModelConfig]:
+    path = resolve_local_model_file(SMOLLM2_SOURCE)
+    config = ReferenceModelConfig.from_options({}, read_architecture(open_gguf(path), path))
+    return load_gguf_tokenizer(path), config
+
+
+def cluster_spec(
+    row: Row, sizing: Sizing, model: ReferenceModelConfig, disk_dir: Path
+) -> InferenceCluster:
+    """A row's cluster, as a user would write it for ``tandem up``."""
+    token_bytes = model.kv_token_bytes * model.num_layers  # every layer's K and V
+    # Without NIXL there is no disk tier: the host tier takes its share.
+    disk = sizing.disk_tokens if nixl_available() else 0
+    host = sizing.host_tokens + (sizing.disk_tokens - disk)
+    offload = {
+        "enabled": True,
+        "hostBytes": host * token_bytes,
+        "diskBytes": disk * token_bytes,
+        "diskPath": str(disk_dir) if disk else "",
+    }
+    doc = {
+        "apiVersion": "tandem.dev/v1alpha1",
+        "kind": "InferenceCluster",
+        "metadata": {"name": "kv-offload-bench"},
+        "spec": {
+            "model": {
+                "name": "HuggingFaceTB/SmolLM2-135M-Instruct",
+                "source": SMOLLM2_SOURCE,
+                "servedName": SERVED,
+                "maxInputTokens": sizing.pool_tokens,
+                "maxOutputTokens": MAX_TOKENS,
+            },
+            # A pool block is one layer's KV of ``block`` tokens.
+            "engine": {
+                "kind": "reference",
+                "options": {"num_kv_blocks": sizing.pool_tokens // sizing.block * model.num_layers},
+            },
+            "frontend": {"routingPolicy": row.routing.value},
+            "prefill": {"replicas": 0},
+            "decode": {
+                "replicas": WORKERS,
+                "kvCache": {"offload": offload if row.offload else {"enabled": False}},
+            },
+        },
+    }
+    return parse_inference_cluster(doc, "kv-offload benchmark")
+
+
+@dataclass(frozen=True, slots=True)
+class RowResult:
+    row: Row
+    samples: list[tuple[int, float]]  # (turn, TTFT in s) of every measured request
+    prompt_tokens: int  # as the frontend reported them (usage)
+    longest_prompt: int  # likewise
+    counts: WorkerCounts
+    answers: list[list[str]]  # each chat's answers, in turn order
+
+    @property
+    def ttft(self) -> list[float]:
+        return [t for _, t in self.samples]
+
+    def ttft_of_turn(self, turn: int) -> list[float]:
+        return [t for n, t in self.samples if n == turn]
+
+    def tokens(self, source: str) -> float:
+        return self.counts.by_source.get(source, 0.0)
+
+
+@dataclass(slots=True)
+class _Live:
+    """One row while the benchmark runs: its frontend, fleet, chats and measures."""
+
+    row: Row
+    workload: ChatWorkload
+    client: AsyncOpenAI
+    workers: list[tuple[str, str]]  # (role, metrics URL)
+    histories: list[list[ChatCompletionMessageParam]]
+    answers: list[list[str]]
+    samples: list[tuple[int, float]] = field(default_factory=list)
+    prompt_tokens: int = 0
+    longest_prompt: int = 0
+    idle_since: float = 0.0
+
+    async def warm(self) -> None:
+        """Puts the system prompt in one worker's cache, as a busy service holds it."""
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "system", "content": self.workload.system},
+            {"role": "user", "content": "Hello."},
+        ]
+        await ask(self.client, messages, 2)
+        self.idle_since = time.monotonic()
+
+    async def take_turn(self, chat: int, turn: int) -> None:
+        # The router's view of its workers' load lags up to a health round: let the
+        # fleet's last request leave it before this one is routed.
+        await asyncio.sleep(max(0.0, self.idle_since + GAP_S - time.monotonic()))
+        messages = self.histories[chat]
+        messages.append({"role": "user", "content": self.workload.conversations[chat][turn]})
+        ttft, answer, tokens = await ask(self.client, messages, MAX_TOKENS)
+        self.idle_since = time.monotonic()
+        messages.append({"role": "assistant", "content": answer})
+        self.answers[chat].append(answer)
+        self.samples.append((turn, ttft))
+        self.prompt_tokens += tokens
+        self.longest_prompt = max(self.longest_prompt, tokens)
+        _progress(
+            f"  {self.row.label}, chat {chat} turn {turn}: TTFT {ttft:.2f} s, {tokens} tokens"
+        )
+
+
+async def _measure(
+    rows: Sequence[Row],
+    workload: ChatWorkload,
+    endpoints: Sequence[str],
+    fleets: Sequence[list[tuple[str, str]]],
+) -> tuple[list[RowResult], tuple[float, float]]:
+    """Every row's warm-up, then every turn of every chat, the rows' requests
+    interleaved one at a time (a different row first at each step); also the load
+    average before and after."""
+    chats = len(workload.conversations)
+    lives = [
+        _Live(
+            row,
+            workload,
+            AsyncOpenAI(base_url=endpoint, api_key="unused", max_retries=0),
+            workers,
+            [[{"role": "system", "content": workload.system}] for _ in range(chats)],
+            [[] for _ in range(chats)],
+        )
+        for row, endpoint, workers in zip(rows, endpoints, fleets, strict=True)
+    ]
+    try:
+        async with asyncio.timeout(RUN_BUDGET_S):
+            for live in lives:
+                await live.warm()
+            before = [WorkerCounts.read(live.workers) for live in lives]
+            load_before = os.getloadavg()[0]
+            turns = len(workload.conversations[0])
+            for step, (chat, turn) in enumerate(interleave_turns(chats, turns)):
+                for live in lives[step % len(lives) :] + lives[: step % len(lives)]:
+                    await live.take_turn(chat, turn)
+            load_after = os.getloadavg()[0]
+            results = [
+                RowResult(
+                    live.row,
+                    live.samples,
+                    live.prompt_tokens,
+                    live.longest_prompt,
+                    WorkerCounts.read(live.workers).minus(earlier),
+                    live.answers,
+                )
+                for live, earlier in zip(lives, before, strict=True)
+            ]
+    finally:
+        for live in lives:
+            await live.client.close()
+    return results, (load_before, load_after)
+
+
+def run_rows(
+    rows: Sequence[Row], workload: ChatWorkload, sizing: Sizing, model: ReferenceModelConfig
+) -> tuple[list[RowResult], tuple[float, float]]:
+    """Every row on its own fleet and frontend, side by side."""
+    with tempfile.TemporaryDirectory(prefix="kv-offload-") as tmp, contextlib.ExitStack() as stack:
+        plans, fleets = [], []
+        for i, row in enumerate(rows):
+            state = Path(tmp) / f"row-{i}"
+            cluster = cluster_spec(row, sizing, model, state / "kv-disk")
+            plan = write_plan(cluster, state, allocate_ports(WORKERS))
+            _progress(f"starting {row.label}: {len(plan.workers)} workers")
+            urls = stack.enter_context(run_workers(plan, STARTUP_S))
+            fleets.append([(w.component, u) for w, u in zip(plan.workers, urls, strict=True)])
+            plans.append(plan)
+        _progress("starting the frontends")
+        groups = stack.enter_context(run_frontends([(p, FRONTEND, 1) for p in plans], STARTUP_S))
+        return asyncio.run(_measure(rows, workload, [g[0] for g in groups], fleets))
+
+
+def _progress(line: str) -> None:
+    print(f"kv-offload: {line}", file=sys.stderr, flush=True)
+
+
+def _find(results: Sequence[RowResult], routing: RoutingPolicy, offload: bool) -> RowResult | None:
+    return next((r for r in results if (r.row.routing, r.row.offload) == (routing, offload)), None)
+
+
+def _p50(result: RowResult) -> float:
+    return summarize_ttft(result.ttft)[0]
+
+
+def _p90(result: RowResult) -> float:
+    return summarize_ttft(result.ttft)[1]
+
+
+def render(
+    results: Sequence[RowResult],
+    sizing: Sizing,
+    model: ReferenceModelConfig,
+    loads: Sequence[float],
+) -> str:
+    base = results[0]
+    chats, turns = len(base.answers), len(base.answers[0])
+    token_mib = model.kv_token_bytes * model.num_layers / 2**20
+    disk = f"disk {sizing.disk_tokens:,} tokens (NIXL POSIX)" if nixl_available() else "no disk"
+    lines = [
+        f"{chats} chats x {turns} turns per row (+1 warm-up request), {MAX_TOKENS}-token "
+        f"greedy answers; each row on its own {WORKERS} workers (SmolLM2-135M-Instruct, "
+        "reference engine, prefilling their own prompts) and frontend. Per worker: a "
+        f"device KV pool of {sizing.pool_tokens:,} tokens ({sizing.pool_tokens * token_mib:,.0f}"
+        f" MiB), with offload host {sizing.host_tokens:,} tokens and {disk}. The chats' "
+        f"working set is about {sizing.working_set:,} tokens, "
+        f"{sizing.working_set_ratio(WORKERS):.1f}x a fleet's device pools; the longest "
+        f"prompt {sizing.longest_prompt:,} tokens as estimated from SmolLM2's chat template "
+        f"({max(r.longest_prompt for r in results):,} as sent). "
+        "Prompt tokens computed, from the device cache and onboarded from the tiers are the "
+        "workers' counters (`tandem_worker_prompt_tokens_total{source=...}`, "
+        "`tandem_worker_kv_offload_onboarded_blocks_total{tier=...}`). Rows ran side by "
+        f"side, requests interleaved one at a time (load average {loads[0]:.1f} when the "
+        f"measured requests began, {loads[1]:.1f} at the end).",
+        "",
+        "| row | TTFT p50 | TTFT p90 | TTFT p50 / first row's | TTFT p50 of turn "
+        f"{' / '.join(str(t + 1) for t in range(turns))} | prompt tokens | computed | "
+        "from device cache | onboarded (blocks from host / disk) | answers as the first row |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---|---|",
+    ]
+    for r in results:
+        by_turn = " / ".join(f"{summarize_ttft(r.ttft_of_turn(t))[0]:.1f}" for t in range(turns))
+        tiers = r.counts.onboarded_by_tier
+        lines.append(
+            f"| {r.row.label} | {_p50(r):.2f} s | {_p90(r):.2f} s | {_p50(r) / _p50(base):.2f}x "
+            f"| {by_turn} s | {r.prompt_tokens:,} | {r.tokens('computed'):,.0f} | "
+            f"{r.tokens('cache'):,.0f} | {r.tokens('offload'):,.0f} "
+            f"({tiers.get('host', 0.0):,.0f} / {tiers.get('disk', 0.0):,.0f}) | "
+            f"{_same_answers(base, r)} |"
+        )
+    lines += ["", _reading(results, sizing)]
+    return "\n".join(lines)
+
+
+def _same_answers(a: RowResult, b: RowResult) -> str:
+    pairs = [
+        (x, y)
+        for xs, ys in zip(a.answers, b.answers, strict=True)
+        for x, y in zip(xs, ys, strict=True)
+    ]
+    differ = sum(x != y for x, y in pairs)
+    return "identical" if not differ else f"{differ} of {len(pairs)} differ"
+
+
+def _judge(name: str, fast: RowResult, slow: RowResult) -> str:
+    speedup = _p50(slow) / _p50(fast)
+    verdict = "met" if speedup >= TARGET_SPEEDUP else "not met"
+    return (
+        f"{name}: TTFT p50 {speedup:.2f}x ({_p50(fast):.2f} s against {_p50(slow):.2f} s), "
+        f"p90 {_p90(slow) / _p90(fast):.2f}x; {fast.tokens('computed'):,.0f} prompt tokens "
+        f"computed against {slow.tokens('computed'):,.0f}. The target, TTFT p50 at least "
+        f"{TARGET_SPEEDUP:.0f}x better, is {verdict} here."
+    )
+
+
+def _reading(results: Sequence[RowResult], sizing: Sizing) -> str:
+    ratio = sizing.working_set_ratio(WORKERS)
+    text = (
+        f"**Reading.** The working set is {ratio:.1f}x a fleet's device pools (the issue "
+        f"asks at least {WORKING_SET_FLOOR:.0f}x: "
+        f"{'so it is' if ratio >= WORKING_SET_FLOOR else 'not so in this run'})."
+    )
+    offload = _find(results, RoutingPolicy.KV_AWARE, True)
+    recompute = _find(results, RoutingPolicy.KV_AWARE, False)
+    round_robin = _find(results, RoutingPolicy.ROUND_ROBIN, True)
+    if offload is not None and recompute is not None:
+        text += " " + _judge("Offload against none (both KV routing)", offload, recompute)
+    if offload is not None and round_robin is not None:
+        text += " " + _judge("KV routing against round-robin (both offload)", offload, round_robin)
+        text += (
+            f" Round-robin alternates a chat's turns between the {WORKERS} workers (an odd "
+            "number of chats), so a turn finds its chat's history of two turns before (in "
+            "that worker's tiers) and computes the turn between."
+            if WORKERS == 2 and len(round_robin.answers) % 2
+            else " Round-robin here did not alternate each chat's turns between 2 workers "
+            "(an even number of chats, or another fleet size)."
+        )
+    differing = [r.row.label for r in results if _same_answers(results[0], r) != "identical"]
+    text += (
+        f" Greedy answers differ from the first row's in: {', '.join(differing)}."
+        if differing
+        else " Greedy answers are identical in every row."
+    )
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tandem_dev.bench.kv_offload", description=__doc__
+    )
+    parser.add_argument("--chats", type=int, default=CHATS)
+    parser.add_argument("--turns", type=int, default=TURNS)
+    parser.add_argument("--rules", type=int, default=RULES, help="system prompt: house rules")
+    parser.add_argument("--log-lines", type=int, default=LOG_LINES, help="tool output per turn")
+    parser.add_argument("--row", type=int, action="append", help="run only these (index in ROWS)")
+    args = parser.parse_args(argv)
+    workload = build_tool_chat_workload(
+        args.chats, args.turns, rules=args.rules, log_lines=args.log_lines
+    )
+    tokenizer, model = _smollm2()
+    longest, working_set = estimate_tokens(workload, tokenizer, " ".join(["ok"] * MAX_TOKENS))
+    sizing = size_tiers(longest, working_set, model.kv_block_size, HOST_POOLS)
+    rows = [ROWS[i] for i in args.row] if args.row else list(ROWS)
+    results, loads = run_rows(rows, workload, sizing, model)
+    print(render(results, sizing, model, loads))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

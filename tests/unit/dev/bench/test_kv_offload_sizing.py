@@ -1,0 +1,78 @@
+"""The KV-offload benchmark's sizing of the tiers, its clusters and its report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tandem.api.v1alpha1 import RoutingPolicy
+from tandem.engines.reference.config import ReferenceModelConfig
+from tandem.tokenization import ByteTokenizer
+from tandem_dev.bench.chat_fleet import WorkerCounts
+from tandem_dev.bench.chat_workload import ChatWorkload
+from tandem_dev.bench.kv_offload import (
+    ROWS,
+    RowResult,
+    Sizing,
+    cluster_spec,
+    estimate_tokens,
+    render,
+    size_tiers,
+)
+
+
+def test_the_working_set_counts_the_shared_system_prompt_once() -> None:
+    tokenizer = ByteTokenizer()
+    one = ChatWorkload("You are terse.", (("Hi there.", "And then?"),))
+    longest, working_set = estimate_tokens(one, tokenizer, "ok")
+    assert longest == working_set  # one chat: its whole history is the working set
+    two = ChatWorkload(one.system, (*one.conversations, ("Hello, a longer question.", "So?")))
+    longest_two, working_set_two = estimate_tokens(two, tokenizer, "ok")
+    assert longest_two > longest
+    system = len(tokenizer.apply_chat_template([], add_generation_prompt=False))
+    assert longest + longest_two > working_set_two > longest_two > system
+
+
+def test_the_pool_holds_the_longest_prompt_and_the_disk_the_working_set() -> None:
+    sizing = size_tiers(1_000, 9_001, 16, 2)
+    assert sizing.pool_tokens % 16 == 0 and sizing.pool_tokens >= 1_000 + 16
+    assert sizing.host_tokens == 2 * sizing.pool_tokens
+    assert sizing.disk_tokens % 16 == 0 and sizing.disk_tokens >= 9_001
+    assert sizing.working_set_ratio(2) == 9_001 / (2 * sizing.pool_tokens)
+
+
+def test_rows_differ_only_in_routing_and_offload(tmp_path: Path) -> None:
+    model = ReferenceModelConfig()
+    sizing = size_tiers(1_000, 9_000, model.kv_block_size, 2)
+    specs = {row.label: cluster_spec(row, sizing, model, tmp_path).spec for row in ROWS}
+    for row in ROWS:
+        spec = specs[row.label]
+        assert spec.frontend.routing_policy is row.routing
+        assert spec.decode.kv_cache.offload.enabled is row.offload
+        assert spec.prefill.replicas == 0
+        blocks = spec.engine.options.as_dict()["num_kv_blocks"]
+        assert blocks == sizing.pool_tokens // model.kv_block_size * model.num_layers
+    offload = specs[ROWS[0].label].decode.kv_cache.offload
+    token_bytes = model.kv_token_bytes * model.num_layers
+    # Whatever the disk tier cannot take (no NIXL here), the host tier does.
+    assert offload.host_bytes + offload.disk_bytes == token_bytes * (
+        sizing.host_tokens + sizing.disk_tokens
+    )
+
+
+def _result(index: int, ttft: float, computed: float, answer: str = "ok") -> RowResult:
+    counts = WorkerCounts({"computed": computed, "cache": 10.0}, {}, {"host": 3.0})
+    samples = [(turn, ttft) for turn in range(2) for _ in range(3)]
+    return RowResult(ROWS[index], samples, 600, 990, counts, [[answer, "ok"] for _ in range(3)])
+
+
+def test_the_report_judges_both_targets_and_the_answers() -> None:
+    sizing = Sizing(16, 1_024, 2_048, 9_216, 1_000, 9_000)
+    results = [_result(0, 1.0, 100.0), _result(1, 2.5, 900.0), _result(2, 1.5, 300.0, "no")]
+    text = render(results, sizing, ReferenceModelConfig(), (1.0, 2.0))
+    assert text.count("\n| ") == 1 + len(ROWS)
+    assert "4.4x a fleet's device pools" in text and "(990 as sent)" in text
+    assert "Offload against none (both KV routing): TTFT p50 2.50x" in text
+    assert "TTFT p50 1.50x" in text and "is not met here" in text and "is met here" in text
+    assert "3 of 6 differ" in text
+    assert "Greedy answers differ from the first row's in: round-robin, offload." in text
+    assert RoutingPolicy.ROUND_ROBIN in {row.routing for row in ROWS}

@@ -1,0 +1,19 @@
+"""Which waiting work an engine takes first (``tandem.engines.priority``)."""
+
+from __future__ import annotations
+
+from tandem.engines.priority import admission_order, prefill_order
+
+
+def test_admission_is_by_priority_then_arrival() -> None:
+    assert admission_order([0, 1, 0, 2, 1]) == [3, 1, 4, 0, 2]
+
+
+def test_equal_priorities_keep_arrival_order() -> None:
+    assert admission_order([0, 0, 0]) == [0, 1, 2]
+    assert prefill_order([0, 0, 0]) == [0, 1, 2]
+
+
+def test_a_step_prefills_only_the_highest_priority_present() -> None:
+    assert prefill_order([0, 1, 0, 1]) == [1, 3]
+    assert prefill_order([]) == []
