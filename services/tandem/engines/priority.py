@@ -13,7 +13,14 @@ Both rules take priorities listed in arrival order and return indices into that 
   only the steps in which a ranked-up prompt is prefilling, and a tenant stops being
   ranked up once it holds its share.
 
-With equal priorities both are plain arrival order, as before priorities existed.
+* **Step budget**: while a ranked-up sequence decodes, prompts ranked below it get at
+  most :data:`OUTRANKED_PREFILL_SHARE` of a step's prefill tokens. Its first tokens
+  (gpt-oss's answer starts with a three-token channel header) are steps that carry the
+  other tenant's prefill chunks too: a full 8k-token chunk makes each 4-6x as long as
+  the decode rows alone. Slowed, never stopped: however many ranked-up tenants there
+  are, a lower-ranked prompt still advances every step.
+
+With equal priorities all three are what they were before priorities existed.
 """
 
 from __future__ import annotations
@@ -33,3 +40,21 @@ def prefill_order(priorities: Sequence[int]) -> list[int]:
         return []
     top = max(priorities)
     return [i for i, p in enumerate(priorities) if p == top]
+
+
+# A quarter: on the simulated GB200 clock a 2k-token chunk adds about a decode step's own
+# time to a step, where 8k adds four.
+OUTRANKED_PREFILL_SHARE = 0.25
+
+
+def step_token_budget(budget: int, decode_priorities: Sequence[int], prefill_priority: int) -> int:
+    """The step's tokens (one per decode row, the rest for prompts): ``budget``, unless a
+    decode row outranks the prompts prefilling (``prefill_priority``: the highest
+    prefilling, :func:`prefill_order`'s), then the rows plus
+    :data:`OUTRANKED_PREFILL_SHARE` of what is left for prompts (at least one token of
+    it, when any is left)."""
+    if not decode_priorities or max(decode_priorities) <= prefill_priority:
+        return budget
+    rows = len(decode_priorities)
+    left = max(0, budget - rows)
+    return rows + min(left, max(1, int(left * OUTRANKED_PREFILL_SHARE)))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tandem.engines.priority import admission_order, prefill_order
+from tandem.engines.priority import admission_order, prefill_order, step_token_budget
 
 
 def test_admission_is_by_priority_then_arrival() -> None:
@@ -17,3 +17,13 @@ def test_equal_priorities_keep_arrival_order() -> None:
 def test_a_step_prefills_only_the_highest_priority_present() -> None:
     assert prefill_order([0, 1, 0, 1]) == [1, 3]
     assert prefill_order([]) == []
+
+
+def test_an_outranking_decode_row_leaves_lower_prompts_a_quarter_of_the_step() -> None:
+    assert step_token_budget(8192, [0, 0, 1], 0) == 3 + (8192 - 3) // 4
+    # Nothing outranks: the whole budget, as before priorities.
+    assert step_token_budget(8192, [0, 1], 1) == 8192
+    assert step_token_budget(8192, [], 0) == 8192
+    # Never starved: one prompt token at least while the rows leave any.
+    assert step_token_budget(5, [1, 1, 1], 0) == 4
+    assert step_token_budget(3, [1, 1, 1], 0) == 3

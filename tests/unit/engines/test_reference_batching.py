@@ -210,6 +210,29 @@ def test_a_higher_priority_prefill_takes_its_steps_alone(tiny_config: TinyConfig
     assert engine.stats().prompt_tokens_computed == 90
 
 
+def test_a_ranked_up_decode_row_slows_lower_prefill_without_stopping_it(
+    tiny_config: TinyConfigFactory,
+) -> None:
+    """The step that decodes a ranked-up row gives the prompt a quarter of its prefill
+    budget: some tokens, well under what the same step computes when nothing outranks
+    the prompt (not exactly a quarter: a token's cost includes its attention)."""
+
+    def tokens_beside_a_decode_row(priority: int) -> int:
+        engine = ReferenceEngine(tiny_config(prefill_chunk=128, max_batch_tokens=129))
+        rng = np.random.default_rng(4)
+        decoding = SamplingParams(max_tokens=4, priority=priority)
+        engine.start_prefill("decoding", rng.integers(0, 256, 10).tolist(), decoding)
+        while not any(o.prefill for o in engine.step({})):
+            pass
+        engine.start_prefill("low", rng.integers(0, 256, 400).tolist(), GREEDY)
+        before = engine.stats().prompt_tokens_computed
+        engine.step({"decoding": decoding})
+        return engine.stats().prompt_tokens_computed - before
+
+    level, outranked = tokens_beside_a_decode_row(0), tokens_beside_a_decode_row(1)
+    assert 0 < outranked < level // 2
+
+
 def _kv_bytes(engine: ReferenceEngine, layout: KvLayout) -> bytes:
     region = engine.kv_regions()[0]
     return b"".join(bytes(region[r.offset : r.offset + r.length]) for r in layout.ranges)

@@ -170,6 +170,25 @@ def test_a_step_prefills_the_higher_priority_prompt_alone() -> None:
     assert e.stats().prompt_tokens_computed == 900
 
 
+def test_a_ranked_up_decode_row_holds_lower_prefill_to_a_quarter_of_the_budget() -> None:
+    """Budget 1,001: while the ranked-up "high" decodes, "low"'s prompt advances 250
+    tokens a step (a quarter of the 1,000 left after the row); once "high" is done it
+    takes the whole budget again."""
+    e = engine(max_num_tokens=1001)
+    ranked = SamplingParams(max_tokens=3, priority=1)
+    e.start_prefill("high", [8] * 10, ranked)
+    assert [o.request_id for o in e.step({})] == ["high"]
+    e.start_prefill("low", [7] * 2000, SamplingParams(max_tokens=4))
+    computed = e.stats().prompt_tokens_computed
+    e.step({"high": ranked})
+    assert e.stats().prompt_tokens_computed - computed == 250
+    e.step({"high": ranked})  # its last token
+    e.release("high")
+    computed = e.stats().prompt_tokens_computed
+    e.step({})
+    assert e.stats().prompt_tokens_computed - computed == 1001
+
+
 def test_equal_priorities_share_a_step_in_arrival_order() -> None:
     e = engine(max_num_tokens=1000)
     e.start_prefill("first", [7] * 600, SamplingParams(max_tokens=4))

@@ -37,7 +37,7 @@ from tandem.engines.base import (
     SamplingParams,
     StepOutput,
 )
-from tandem.engines.priority import prefill_order
+from tandem.engines.priority import prefill_order, step_token_budget
 from tandem.engines.reference.config import ReferenceModelConfig
 from tandem.engines.reference.kv_layout import (
     build_kv_layout,
@@ -263,8 +263,12 @@ class ReferenceEngine:
     def _run(self, decodes: list[str], prefills: list[str]) -> list[StepOutput]:
         config = self.config
         pending = [self._sequences[rid] for rid in prefills]
+        budget = config.max_batch_tokens
+        if pending:
+            ranks = [self._sequences[rid].sampling.priority for rid in decodes]
+            budget = step_token_budget(budget, ranks, pending[0].sampling.priority)
         chunks = plan_prefill_chunks(
-            config.max_batch_tokens,
+            budget,
             len(decodes),
             [(s.computed, s.prompt_len) for s in pending],
             self._attention_tokens,

@@ -37,7 +37,7 @@ from tandem.engines.base import (
     SamplingParams,
     StepOutput,
 )
-from tandem.engines.priority import admission_order, prefill_order
+from tandem.engines.priority import admission_order, prefill_order, step_token_budget
 from tandem.engines.simulated.config import SimulatedConfig
 from tandem.engines.simulated.kv_reuse import KvReuse
 from tandem.engines.simulated.pacing import Pacer
@@ -259,6 +259,9 @@ class SimulatedEngine:
             self._sequences[rid].prompt_len - self._sequences[rid].computed for rid in prefilling
         ]
         budget = self.config.options.max_num_tokens
+        if prefilling:
+            ranks = [self._sequences[rid].priority for rid in rows]
+            budget = step_token_budget(budget, ranks, self._sequences[prefilling[0]].priority)
         chunks = plan_chunks(budget, len(rows), remaining)
         work = [(rid, n) for rid, n in zip(prefilling, chunks, strict=True) if n]
         if not rows and not work:
