@@ -1,10 +1,58 @@
-# Sourced by the Go build scripts of tests/ (not run on its own): the stamp check and the
-# per-machine cache they share. A build script sets, before sourcing:
-#   HERE     its directory;  BIN  its output directory;  STAMP  its stamp file
-#   OUTPUTS  the files under $BIN it makes (relative paths)
+# Sourced by the Go build scripts of tests/ (not run on its own): their common start, the
+# stamp check and the per-machine cache they share. A build script sets, before sourcing:
+#   HERE     its directory (go.mod and go.sum there);  BIN  its output directory;
+#   STAMP    its stamp file;  OUTPUTS  the files under $BIN it makes (relative paths)
 #   CACHE_NAME  its folder under $TANDEM_BUILD_CACHE (default ~/.cache/tandem)
-# and defines log(). Every checkout on a machine then shares the last build: a fresh
-# clone whose stamp matches copies the outputs instead of building them.
+# then calls, in order: start_go_build NAME "$@" (log/die, --force, the Go toolchain),
+# exit_if_built STAMP_INPUTS... (done when the stamp matches or the cache has the build),
+# require_pin MODULE VERSION, begin_build, ... its go build ..., record_build "$want".
+# Every checkout on a machine then shares the last build: a fresh clone whose stamp
+# matches copies the outputs instead of building them.
+
+log() { printf '%s: %s\n' "$BUILD_NAME" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# Never let go silently download a newer toolchain; modules only as go.mod/go.sum pin them.
+start_go_build() { # name script-args...
+  BUILD_NAME=$1
+  shift
+  export GOTOOLCHAIN=local
+  export GOFLAGS=-mod=readonly
+  export PATH="/usr/local/go/bin:$PATH"
+  FORCE=0
+  case "${1:-}" in
+    --force) FORCE=1 ;;
+    "") ;;
+    *) die "unknown argument: $1 (usage: $(basename "$0") [--force])" ;;
+  esac
+  command -v go >/dev/null || die "go not found (expected /usr/local/go/bin/go)"
+  GO_VERSION="$(go env GOVERSION)"
+}
+
+# Sets $want, the stamp: a hash of go.mod, go.sum, the calling script, this file, the
+# words given (versions, build tags) and the Go version. Exits when it is current.
+exit_if_built() { # words...
+  want="$(
+    cat "$HERE/go.mod" "$HERE/go.sum" "$0" "${BASH_SOURCE[0]}"
+    echo "$* $GO_VERSION"
+  )"
+  want="$(sha256sum <<<"$want" | cut -d' ' -f1)"
+  exit_if_current "$want" "$FORCE"
+}
+
+# go.mod is the source of truth; refuse to build if it drifted from the version the
+# script stamps into its outputs.
+require_pin() { # module version
+  local got
+  got="$(cd "$HERE" && go list -m -f '{{.Version}}' "$1")"
+  [[ "$got" == "$2" ]] || die "go.mod pins $1 at $got, $(basename "$0") expects $2"
+}
+
+begin_build() {
+  mkdir -p "$BIN"
+  rm -f "$STAMP"
+  started=$SECONDS
+}
 
 all_outputs_exist() {
   local f

@@ -36,42 +36,15 @@ MODULE_FILES=(
   config/webhook/validating-patch.yaml
 )
 OUTPUTS=(lws-controller "${MODULE_FILES[@]}")
-# Never let go silently download a newer toolchain.
-export GOTOOLCHAIN=local
-export GOFLAGS=-mod=readonly
-export PATH="/usr/local/go/bin:$PATH"
-
-log() { printf 'lws-build: %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-FORCE=0
-case "${1:-}" in
-  --force) FORCE=1 ;;
-  "") ;;
-  *) die "unknown argument: $1 (usage: build-lws.sh [--force])" ;;
-esac
-
-command -v go >/dev/null || die "go not found (expected /usr/local/go/bin/go)"
-GO_VERSION="$(go env GOVERSION)"
 # shellcheck source=../lib/build-cache.sh
 source "$HERE/../lib/build-cache.sh"
+start_go_build lws-build "$@"
 
-want="$(
-  cat "$HERE/go.mod" "$HERE/go.sum" "$HERE/build-lws.sh" "$HERE/../lib/build-cache.sh"
-  echo "$LWS_VERSION $GO_VERSION"
-)"
-want="$(sha256sum <<<"$want" | cut -d' ' -f1)"
-exit_if_current "$want" "$FORCE"
+exit_if_built "$LWS_VERSION"
 
-# go.mod is the source of truth; refuse to build if it drifted from the version this
-# script stamps into the binary.
-got="$(cd "$HERE" && go list -m -f '{{.Version}}' sigs.k8s.io/lws)"
-[[ "$got" == "$LWS_VERSION" ]] ||
-  die "go.mod pins sigs.k8s.io/lws at $got, build-lws.sh expects $LWS_VERSION"
+require_pin sigs.k8s.io/lws "$LWS_VERSION"
 
-mkdir -p "$BIN"
-rm -f "$STAMP"
-started=$SECONDS
+begin_build
 
 # Upstream's Makefile stamps these; without them the controller logs v0.0.0-main.
 pkg=sigs.k8s.io/lws/pkg/version

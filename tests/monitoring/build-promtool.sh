@@ -31,22 +31,6 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 BIN="$HERE/bin"
 STAMP="$HERE/.stamp"
 CACHE_NAME=promtool-bin
-export GOTOOLCHAIN=local
-export GOFLAGS=-mod=readonly
-export PATH="/usr/local/go/bin:$PATH"
-
-log() { printf 'promtool-build: %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-FORCE=0
-case "${1:-}" in
-  --force) FORCE=1 ;;
-  "") ;;
-  *) die "unknown argument: $1 (usage: build-promtool.sh [--force])" ;;
-esac
-
-command -v go >/dev/null || die "go not found (expected /usr/local/go/bin/go)"
-GO_VERSION="$(go env GOVERSION)"
 
 OUTPUTS=(promtool)
 for crd in "${CRDS[@]}"; do
@@ -55,21 +39,14 @@ done
 
 # shellcheck source=../lib/build-cache.sh
 source "$HERE/../lib/build-cache.sh"
+start_go_build promtool-build "$@"
 
-want="$(
-  cat "$HERE/go.mod" "$HERE/go.sum" "$HERE/build-promtool.sh" "$HERE/../lib/build-cache.sh"
-  echo "$PROMETHEUS_VERSION $PROMETHEUS_OPERATOR_VERSION $BUILD_TAGS $GO_VERSION"
-)"
-want="$(sha256sum <<<"$want" | cut -d' ' -f1)"
-exit_if_current "$want" "$FORCE"
+exit_if_built "$PROMETHEUS_VERSION" "$PROMETHEUS_OPERATOR_VERSION" "$BUILD_TAGS"
 
-got="$(cd "$HERE" && go list -m -f '{{.Version}}' github.com/prometheus/prometheus)"
-[[ "$got" == "$PROMETHEUS_VERSION" ]] ||
-  die "go.mod pins github.com/prometheus/prometheus at $got, this script expects $PROMETHEUS_VERSION"
+require_pin github.com/prometheus/prometheus "$PROMETHEUS_VERSION"
 
+begin_build
 mkdir -p "$BIN/crds"
-rm -f "$STAMP"
-started=$SECONDS
 
 # The version promtool prints (upstream's Makefile stamps it through promu).
 version_pkg=github.com/prometheus/common/version

@@ -26,43 +26,16 @@ BIN="$HERE/bin"
 STAMP="$HERE/.stamp"
 CACHE_NAME=jaeger-bin
 OUTPUTS=(jaeger)
-# Never let go silently download a newer toolchain; the pin above builds with Go 1.26.
-export GOTOOLCHAIN=local
-export GOFLAGS=-mod=readonly
-export PATH="/usr/local/go/bin:$PATH"
-
-log() { printf 'jaeger-build: %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-FORCE=0
-case "${1:-}" in
-  --force) FORCE=1 ;;
-  "") ;;
-  *) die "unknown argument: $1 (usage: build-jaeger.sh [--force])" ;;
-esac
-
-command -v go >/dev/null || die "go not found (expected /usr/local/go/bin/go)"
-GO_VERSION="$(go env GOVERSION)"
 
 # shellcheck source=../lib/build-cache.sh
 source "$HERE/../lib/build-cache.sh"
+start_go_build jaeger-build "$@"
 
-want="$(
-  cat "$HERE/go.mod" "$HERE/go.sum" "$HERE/build-jaeger.sh" "$HERE/../lib/build-cache.sh"
-  echo "$JAEGER_VERSION $GO_VERSION"
-)"
-want="$(sha256sum <<<"$want" | cut -d' ' -f1)"
-exit_if_current "$want" "$FORCE"
+exit_if_built "$JAEGER_VERSION"
 
-# go.mod is the source of truth; refuse to build if it drifted from the version this
-# script stamps into the binary.
-got="$(cd "$HERE" && go list -m -f '{{.Version}}' github.com/jaegertracing/jaeger)"
-[[ "$got" == "$JAEGER_VERSION" ]] ||
-  die "go.mod pins github.com/jaegertracing/jaeger at $got, build-jaeger.sh expects $JAEGER_VERSION"
+require_pin github.com/jaegertracing/jaeger "$JAEGER_VERSION"
 
-mkdir -p "$BIN"
-rm -f "$STAMP"
-started=$SECONDS
+begin_build
 
 # Upstream's Makefile stamps these; without them `jaeger version` reports nothing useful.
 pkg=github.com/jaegertracing/jaeger/internal/version
