@@ -58,7 +58,9 @@ def render_report(results: Sequence[TraceRows], seconds: float, wall_s: float) -
         f"Static rows: `tandem plan`'s search for the trace's average load, one layout each. "
         f"Run took {wall_s:.0f} s."
     )
-    return "\n\n".join([header, *(render_trace(r) for r in results)])
+    profiles = dict.fromkeys(r.profile for r in results)
+    plots = [f"![attainment vs GPU-seconds, {p.upper()}](img/adaptive-{p}.png)" for p in profiles]
+    return "\n\n".join([header, *(render_trace(r) for r in results), *plots])
 
 
 def plot_attainment(path: Path, results: Sequence[TraceRows]) -> None:

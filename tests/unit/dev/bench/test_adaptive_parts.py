@@ -12,7 +12,7 @@ from tandem.sim.metrics import Slo
 from tandem.sim.planner import Candidate
 from tandem_dev.autoscale_sim.traces import Arrival, generate_arrivals
 from tandem_dev.bench.adaptive.judge import RowFigures, judge_row, judge_targets
-from tandem_dev.bench.adaptive.report import TraceRows, plot_attainment
+from tandem_dev.bench.adaptive.report import TraceRows, plot_attainment, render_report
 from tandem_dev.bench.adaptive.rows import average_workload, render_planned, render_static
 from tandem_dev.bench.adaptive.traces import build_adaptive_traces
 from tandem_dev.bench.autoscale_live.replay import LiveRun, Served, WorkerSample
@@ -105,3 +105,15 @@ def test_the_plot_is_written_with_a_panel_per_trace(tmp_path: Path) -> None:
     path = tmp_path / "img" / "adaptive-gb200.png"
     plot_attainment(path, [TraceRows("gb200", t, workload, rows) for t in traces])
     assert path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_report_links_each_hardwares_plot() -> None:
+    trace = build_adaptive_traces(120)[0]
+    workload = average_workload([Arrival(0, 1024, 64)], 1.0)
+    rows = [("planning auto", _figures(0.99, 100))]
+    report = render_report([TraceRows(p, trace, workload, rows) for p in ("gb200", "b200")], 120, 9)
+    assert report.endswith(
+        "![attainment vs GPU-seconds, GB200](img/adaptive-gb200.png)\n\n"
+        "![attainment vs GPU-seconds, B200](img/adaptive-b200.png)"
+    )
+    assert "**chat, B200**" in report and "Target: not judged" in report
