@@ -49,10 +49,13 @@ class AverageWorkload:
     requests_per_second: float
 
     def to_wire(self) -> dict[str, Any]:
-        # The median alone: the planner draws prompts up to 4x islP90, past a 32k mix's
-        # context (the engine refuses such a prompt and the plan fails).
+        # The p90 too: a mix of 1k and 32k prompts has a 1k median, and planned on the
+        # median alone it gets a deployment that never meets a 32k burst (an aggregated
+        # worker whose decode streams stall behind every long prompt). The planner's
+        # draws stop at the model's context (maxInputTokens), so a 32k p90 is fine.
         return {
             "isl": self.isl,
+            "islP90": self.isl_p90,
             "osl": self.osl,
             "requestsPerSecond": {"min": 0, "max": self.requests_per_second},
         }
