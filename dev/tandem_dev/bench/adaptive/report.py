@@ -9,7 +9,13 @@ from pathlib import Path
 
 from tandem_dev.autoscale_sim.traces import Trace
 from tandem_dev.bench.adaptive.judge import RowFigures, judge_targets
-from tandem_dev.bench.adaptive.rows import AverageWorkload
+from tandem_dev.bench.adaptive.rows import (
+    AUTOSCALING,
+    PLANNING,
+    STATIC_AGGREGATED,
+    STATIC_DISAGGREGATED,
+    AverageWorkload,
+)
 from tandem_dev.bench.autoscale_live.report import SLO
 
 
@@ -72,12 +78,19 @@ def plot_attainment(path: Path, results: Sequence[TraceRows]) -> None:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(1, len(results), figsize=(3.2 * len(results), 3.4), squeeze=False)
-    markers = {"static aggregated": "s", "static disaggregated": "D", "autoscaling": "^"}
+    # One look per row in every panel (a panel without a row must not shift the colours).
+    styles = {
+        STATIC_AGGREGATED: ("s", "tab:blue"),
+        STATIC_DISAGGREGATED: ("D", "tab:orange"),
+        AUTOSCALING: ("^", "tab:green"),
+        PLANNING: ("o", "tab:red"),
+    }
     for panel, result in zip(axes[0], results, strict=True):
         for name, figures in result.rows:
             if figures is not None:
-                panel.plot(figures.gpu_seconds, figures.attainment * 100,
-                           markers.get(name, "o"), markersize=8, label=name)  # fmt: skip
+                marker, colour = styles.get(name, ("o", "black"))
+                panel.plot(figures.gpu_seconds, figures.attainment * 100, marker,
+                           color=colour, markersize=8, label=name)  # fmt: skip
         panel.axhline(95, color="grey", linestyle="--", linewidth=0.8)
         panel.set_title(f"{result.trace.name} ({result.profile.upper()})", fontsize=9)
         panel.set_xlabel("GPU-seconds")
