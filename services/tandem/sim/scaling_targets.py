@@ -66,8 +66,9 @@ def find_capacity(workload: Workload, chosen: Evaluation, setup: Setup, seed: in
             missed = trial.workload.rate
             break
         best = trial
-    for _ in range(HALVINGS if missed is not None else 0):
-        assert missed is not None
+    if missed is None:  # still met at the last doubling: that is as far as it looks
+        return best
+    for _ in range(HALVINGS):
         middle = (best.workload.rate + missed) / 2
         trial = _run_at(best, middle, setup, seed)
         if trial.evaluation.meets:
