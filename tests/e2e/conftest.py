@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import select
 import subprocess
 import sys
@@ -188,6 +189,24 @@ def real_node_slot(
 @pytest.fixture
 def real_node_cluster(real_node_slot: RealNodeSlot) -> DevCluster:
     return real_node_slot.get()
+
+
+@pytest.fixture
+def real_node_namespace(
+    real_node_cluster: DevCluster, request: pytest.FixtureRequest
+) -> Iterator[str]:
+    """A fresh namespace on the real-node cluster, named after the test module's
+    ``NAMESPACE_PREFIX``, once its default ServiceAccount exists (a pod created before it
+    is refused; waited for up to the module's ``WAIT_S``); deleted afterwards without
+    waiting."""
+    name = f"{request.module.NAMESPACE_PREFIX}-{secrets.token_hex(3)}"
+    wait_s = request.module.WAIT_S
+    real_node_cluster.kubectl("create", "namespace", name)
+    real_node_cluster.kubectl(
+        "wait", "--for=create", "serviceaccount/default", "-n", name, f"--timeout={wait_s:.0f}s"
+    )
+    yield name
+    real_node_cluster.kubectl("delete", "namespace", name, "--wait=false")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -10,8 +10,6 @@ Needs root (the real node).
 from __future__ import annotations
 
 import json
-import secrets
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,6 +21,7 @@ from tandem.devimages import TANDEM_IMAGE
 pytestmark = pytest.mark.k8s
 
 WAIT_S = 60.0
+NAMESPACE_PREFIX = "lws"  # real_node_namespace names its namespaces so
 HTTP_PORT = 8080
 NAME = "group"
 SET_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -62,17 +61,6 @@ def _leader_worker_set() -> Json:
     }
 
 
-@pytest.fixture
-def namespace(real_node_cluster: DevCluster) -> Iterator[str]:
-    name = f"lws-{secrets.token_hex(3)}"
-    real_node_cluster.kubectl("create", "namespace", name)
-    real_node_cluster.kubectl(
-        "wait", "--for=create", "serviceaccount/default", "-n", name, f"--timeout={WAIT_S:.0f}s"
-    )
-    yield name
-    real_node_cluster.kubectl("delete", "namespace", name, "--wait=false")
-
-
 def _get(cluster: DevCluster, *args: str) -> Json:
     out: Json = json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
     return out
@@ -106,16 +94,18 @@ def _group_ready(cluster: DevCluster, namespace: str) -> bool:
 
 
 def test_group_of_real_pods_becomes_ready_and_restarts_as_a_unit(
-    real_node_cluster: DevCluster, namespace: str
+    real_node_cluster: DevCluster, real_node_namespace: str
 ) -> None:
     cluster = real_node_cluster
     documents = json.dumps(_leader_worker_set())
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=documents)
-    wait_until(lambda: _group_ready(cluster, namespace), timeout_s=WAIT_S, what="the group Ready")
+    cluster.kubectl("apply", "-n", real_node_namespace, "-f", "-", input=documents)
+    wait_until(
+        lambda: _group_ready(cluster, real_node_namespace), timeout_s=WAIT_S, what="the group Ready"
+    )
 
-    lws = _get(cluster, "leaderworkerset", NAME, "-n", namespace)
+    lws = _get(cluster, "leaderworkerset", NAME, "-n", real_node_namespace)
     assert lws["spec"]["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
-    pods = _group_pods(cluster, namespace)
+    pods = _group_pods(cluster, real_node_namespace)
     assert {i: p["metadata"]["name"] for i, p in pods.items()} == {
         "0": NAME + "-0",
         "1": NAME + "-0-1",
@@ -124,14 +114,17 @@ def test_group_of_real_pods_becomes_ready_and_restarts_as_a_unit(
         assert pod["spec"]["nodeName"] == "localhost"  # the real node, not a simulated one
         # The pod webhook tells every pod of the group where its leader is.
         env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env", [])}
-        assert env["LWS_LEADER_ADDRESS"] == f"{NAME}-0.{NAME}.{namespace}"
+        assert env["LWS_LEADER_ADDRESS"] == f"{NAME}-0.{NAME}.{real_node_namespace}"
         assert env["LWS_GROUP_SIZE"] == "2"
 
-    before = _uids(cluster, namespace)
-    cluster.kubectl("delete", "pod", f"{NAME}-0-1", "-n", namespace, "--wait=false")
+    before = _uids(cluster, real_node_namespace)
+    cluster.kubectl("delete", "pod", f"{NAME}-0-1", "-n", real_node_namespace, "--wait=false")
     # The whole group is recreated: a new leader too, not only the deleted worker.
     wait_until(
-        lambda: _group_ready(cluster, namespace) and not before & _uids(cluster, namespace),
+        lambda: (
+            _group_ready(cluster, real_node_namespace)
+            and not before & _uids(cluster, real_node_namespace)
+        ),
         timeout_s=WAIT_S,
         what="the group recreated and Ready again",
     )

@@ -45,6 +45,7 @@ from tandem.devimages import PAUSE_IMAGE, TANDEM_IMAGE, BuiltImage
 pytestmark = pytest.mark.k8s
 
 WAIT_S = 120.0
+NAMESPACE_PREFIX = "real"  # real_node_namespace names its namespaces so
 HTTP_PORT = 8080
 REAL_NODE = {"tandem.dev/node-kind": "real"}
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -93,19 +94,8 @@ def _http_get(port: int) -> tuple[int, str]:
         return int(response.status), response.read().decode()
 
 
-@pytest.fixture
-def namespace(real_node_cluster: DevCluster) -> Iterator[str]:
-    name = f"real-{secrets.token_hex(3)}"
-    real_node_cluster.kubectl("create", "namespace", name)
-    real_node_cluster.kubectl(
-        "wait", "--for=create", "serviceaccount/default", "-n", name, f"--timeout={WAIT_S:.0f}s"
-    )
-    yield name
-    real_node_cluster.kubectl("delete", "namespace", name, "--wait=false")
-
-
 def test_real_pod_and_deployment_answer_logs_exec_and_port_forward(
-    real_node_cluster: DevCluster, namespace: str, port_forward: Any
+    real_node_cluster: DevCluster, real_node_namespace: str, port_forward: Any
 ) -> None:
     cluster = real_node_cluster
     node = cluster.real_node
@@ -129,8 +119,8 @@ def test_real_pod_and_deployment_answer_logs_exec_and_port_forward(
         "metadata": {"name": "web-deploy"},
         "spec": {"selector": labels, "ports": [{"port": 80, "targetPort": HTTP_PORT}]},
     }
-    _apply(cluster, namespace, pod, deployment, service)
-    ns = ("-n", namespace)
+    _apply(cluster, real_node_namespace, pod, deployment, service)
+    ns = ("-n", real_node_namespace)
     cluster.kubectl("wait", *ns, "--for=condition=Ready", "pod/web", f"--timeout={WAIT_S:.0f}s")
     cluster.kubectl("rollout", "status", *ns, "deployment/web-deploy", f"--timeout={WAIT_S:.0f}s")
 
@@ -156,14 +146,14 @@ def test_real_pod_and_deployment_answer_logs_exec_and_port_forward(
     reply = cluster.kubectl("exec", *ns, "web", "--", "python", "-c", IN_POD_PROBE).stdout
     assert json.loads(reply) == {
         "version": "v1.36.3",
-        "forbidden_for": f"system:serviceaccount:{namespace}:default",
+        "forbidden_for": f"system:serviceaccount:{real_node_namespace}:default",
         "routes": sorted(["10.213.7.0/24", "10.96.0.1/32"]),
         "off_machine": "ENETUNREACH",
     }
 
     for target in ("pod/web", "svc/web-deploy"):
         remote = HTTP_PORT if target.startswith("pod/") else 80
-        with port_forward(cluster, target, remote, namespace=namespace) as local:
+        with port_forward(cluster, target, remote, namespace=real_node_namespace) as local:
             status, body = _http_get(local)
         assert status == 200, target
         assert "pyproject.toml" in body, target  # the directory the server lists
