@@ -9,6 +9,7 @@ test_openai_reference.py runs the reference engine with the example's model, Smo
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -194,6 +195,10 @@ def _foreground(home: Path, spec: Path) -> subprocess.Popen[str]:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # a terminal of its own: Ctrl-C goes to it alone
+        # and SIGINT at its default, as in a terminal: a suite run as a background job of
+        # a non-interactive shell (`make test &`) has SIGINT ignored, which a child
+        # inherits and Python then keeps: the supervisor would ignore this Ctrl-C.
+        preexec_fn=functools.partial(signal.signal, signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
 
 

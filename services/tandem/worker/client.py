@@ -56,18 +56,24 @@ MESSAGE_OPTIONS = [
 # (tests/unit/worker/test_worker_keepalive.py).
 KEEPALIVE_TIME_MS = 10_000
 KEEPALIVE_TIMEOUT_MS = 5_000
-CHANNEL_OPTIONS = [
-    *MESSAGE_OPTIONS,
-    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
-    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
-    # grpcio 1.85 waits for a ping's ack this long (default 1 minute), whatever the above.
-    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
-    ("grpc.keepalive_permit_without_calls", 0),
-    # A long prefill streams no data; by default a client stops pinging after 2 such pings.
-    ("grpc.http2.max_pings_without_data", 0),
-]
+
+
+def channel_options(keepalive_time_ms: int, keepalive_timeout_ms: int) -> list[tuple[str, int]]:
+    return [
+        *MESSAGE_OPTIONS,
+        ("grpc.keepalive_time_ms", keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", keepalive_timeout_ms),
+        # grpcio 1.85 waits for a ping's ack this long (default 1 minute), whatever the above.
+        ("grpc.http2.ping_timeout_ms", keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", 0),
+        # A long prefill streams no data; by default a client stops pinging after 2 such pings.
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
+
+
 # Servers accept those pings: by default they allow one per 5 minutes without data, count
-# each faster one as a strike and close the connection after two ("too_many_pings").
+# each faster one as a strike and close the connection after two ("too_many_pings"). With
+# no strike limit they accept pings at any rate, the tests' faster ones included.
 SERVER_OPTIONS = [
     *MESSAGE_OPTIONS,
     ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
@@ -86,12 +92,17 @@ class WorkerClient:
         decode_timeout_s: float = 600.0,
         on_unavailable: Callable[[], None] | None = None,
         credentials: CredentialStore | None = None,
+        keepalive_time_ms: int = KEEPALIVE_TIME_MS,
+        keepalive_timeout_ms: int = KEEPALIVE_TIMEOUT_MS,
     ) -> None:
         """``address`` is ``host:port``; ``timeout_s`` bounds unary calls and
         ``decode_timeout_s`` a whole decode stream; ``on_unavailable`` is told when a
         call finds the worker gone (a cache may then drop this client);
-        ``credentials``: mutual TLS (None: plaintext, for loopback members only)."""
+        ``credentials``: mutual TLS (None: plaintext, for loopback members only);
+        ``keepalive_time_ms`` / ``keepalive_timeout_ms``: how often an open call pings
+        and how long the worker has to answer (shorter in tests, to notice sooner)."""
         self.address = address
+        self._channel_options = channel_options(keepalive_time_ms, keepalive_timeout_ms)
         self._on_unavailable = on_unavailable
         self.timeout_s = timeout_s
         self.decode_timeout_s = decode_timeout_s
@@ -103,7 +114,7 @@ class WorkerClient:
     def _open(self) -> grpc.aio.Channel:
         material = self._credentials.current() if self._credentials else None
         self._fingerprint = material.fingerprint if material else ""
-        channel = open_channel(self.address, material, CHANNEL_OPTIONS)
+        channel = open_channel(self.address, material, self._channel_options)
         self._stub: Any = worker_pb2_grpc.WorkerStub(channel)  # type: ignore[no-untyped-call]
         return channel
 
