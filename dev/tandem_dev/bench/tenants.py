@@ -41,7 +41,11 @@ import argparse
 import asyncio
 import contextlib
 import json
+import multiprocessing
+import multiprocessing.queues
+import multiprocessing.synchronize
 import os
+import queue
 import random
 import sys
 import tempfile
@@ -403,24 +407,110 @@ async def _measure_row(
         # keeps offering until the light tenant's last request has ended.
         heavy_s = phases.heavy_lead_s + light_s + LIGHT_DEADLINE_S
         heavy_count = min(phases.max_requests, round(heavy_rate * heavy_s) + 10)
-        stop = asyncio.Event()
-        heavy_task = asyncio.create_task(
-            _open_loop(
-                heavy, heavy_shape, first=base + 3_000_000, rate=heavy_rate,
-                count=heavy_count, seconds=heavy_s, max_in_flight=HEAVY_IN_FLIGHT,
-                seed=seed + 2, drain_s=0.0, stop=stop,
-            )
+        load = HeavyLoad(
+            endpoint, keys["heavy"], first=base + 3_000_000, rate=heavy_rate,
+            count=heavy_count, seconds=heavy_s, deadline_s=heavy_shape.deadline_s,
+            max_requests=phases.max_requests, seed=seed + 2,
         )  # fmt: skip
-        await asyncio.sleep(phases.heavy_lead_s)
-        contended_light = await _open_loop(
-            light, light_shape, first=base + 2_000_000, rate=light_rate,
-            count=phases.light_requests, seconds=light_s, max_in_flight=64,
-            seed=seed + 1, drain_s=LIGHT_DEADLINE_S,
-        )  # fmt: skip
-        stop.set()
-        contended_heavy = await heavy_task
+        with _heavy_tenant(load) as heavy_offered:
+            await asyncio.sleep(phases.heavy_lead_s)
+            contended_light = await _open_loop(
+                light, light_shape, first=base + 2_000_000, rate=light_rate,
+                count=phases.light_requests, seconds=light_s, max_in_flight=64,
+                seed=seed + 1, drain_s=LIGHT_DEADLINE_S,
+            )  # fmt: skip
+        (contended_heavy,) = heavy_offered
         await asyncio.to_thread(_wait_idle, metrics_url)
     return RowResult(row, capacity, alone, contended_light, contended_heavy, light_rate, heavy_rate)
+
+
+@dataclass(frozen=True, slots=True)
+class HeavyLoad:
+    """The contended phase's heavy tenant (``_open_loop``'s arguments), for its process."""
+
+    endpoint: str
+    key: str
+    first: int
+    rate: float
+    count: int
+    seconds: float
+    deadline_s: float
+    max_requests: int
+    seed: int
+
+
+@contextlib.contextmanager
+def _heavy_tenant(load: HeavyLoad) -> Iterator[list[Offered]]:
+    """The heavy tenant's open loop in a process of its own, offering from when the block
+    starts until it ends; the list yielded holds its ``Offered`` after the block.
+
+    Tenants are separate clients: in one event loop with the light tenant's requests, the
+    heavy tenant's streams (a thousand chunks a second at 10x capacity) would delay the
+    moment the light tenant's client reads its first token, and the bench would charge
+    its own client's lag to the frontend."""
+    context = multiprocessing.get_context("spawn")
+    ready, stop = context.Event(), context.Event()
+    results: multiprocessing.queues.Queue[Offered] = context.Queue()
+    process = context.Process(
+        target=_heavy_process, args=(load, ready, stop, results), name="heavy-tenant"
+    )
+    offered: list[Offered] = []
+    process.start()
+    try:
+        if not ready.wait(STARTUP_S):
+            raise RuntimeError(f"the heavy tenant's process did not start in {STARTUP_S:.0f} s")
+        yield offered
+    finally:
+        stop.set()
+        # Read before joining: the process ends only once its result left the queue.
+        with contextlib.suppress(queue.Empty):
+            offered.append(results.get(timeout=IDLE_S))
+        process.join(IDLE_S)
+        if process.is_alive():
+            process.kill()
+    if not offered:
+        raise RuntimeError(f"the heavy tenant's process returned nothing in {IDLE_S:.0f} s")
+
+
+def _heavy_process(
+    load: HeavyLoad,
+    ready: multiprocessing.synchronize.Event,
+    stop: multiprocessing.synchronize.Event,
+    results: multiprocessing.queues.Queue[Offered],
+) -> None:
+    prompts = Prompts(load_harmony_tokenizer())
+    prompts(load.first)  # the filler, built before the first arrival is due
+    results.put(asyncio.run(_heavy_open_loop(load, prompts, ready, stop)))
+
+
+async def _heavy_open_loop(
+    load: HeavyLoad,
+    prompts: Prompts,
+    ready: multiprocessing.synchronize.Event,
+    stop: multiprocessing.synchronize.Event,
+) -> Offered:
+    shape = LoadShape(
+        max_tokens=OSL, deadline_s=load.deadline_s, max_requests=load.max_requests,
+        stream_every=1, prompt=prompts,
+    )  # fmt: skip
+    stopped = asyncio.Event()
+
+    async def watch() -> None:
+        # The parent sets ``stop`` on every way out, so this thread always ends.
+        await asyncio.to_thread(stop.wait)
+        stopped.set()
+
+    async with _client(load.endpoint, load.key, HEAVY_IN_FLIGHT) as heavy:
+        watcher = asyncio.create_task(watch())
+        ready.set()
+        try:
+            return await _open_loop(
+                heavy, shape, first=load.first, rate=load.rate, count=load.count,
+                seconds=load.seconds, max_in_flight=HEAVY_IN_FLIGHT, seed=load.seed,
+                drain_s=0.0, stop=stopped,
+            )  # fmt: skip
+        finally:
+            watcher.cancel()
 
 
 def run_rows(rows: Sequence[Row], phases: Phases) -> list[RowResult]:

@@ -141,6 +141,7 @@ class OpenAIServing:
         reject_unsupported_common(request)
         reject_unsupported_chat(request)
         messages = [ChatMessage(role=m.role, content=m.text()) for m in request.messages]
+        self._refuse_early(ctx)
         try:
             prompt, tokenize_seconds = await self._tokenize(
                 self._tokenizer.apply_chat_template, messages, add_generation_prompt=True
@@ -180,6 +181,7 @@ class OpenAIServing:
         check_model(request.model, self.config)
         reject_unsupported_common(request)
         reject_unsupported_completion(request)
+        self._refuse_early(ctx)
         prompt, tokenize_seconds = await self._tokenize(
             completion_prompt, request.prompt, self._tokenizer
         )
@@ -212,6 +214,13 @@ class OpenAIServing:
         )
 
     # ------------------------------------------------------------------ tokenizer work
+
+    def _refuse_early(self, ctx: RequestContext) -> None:
+        """A request its tenant's limits or a full queue refuse whatever the prompt is
+        refused before the prompt is tokenized: under overload, that CPU is what the
+        requests that do get through need."""
+        if self._gate is not None:
+            self._gate.refuse_early(ctx.tenant)
 
     async def _off_loop(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         loop = asyncio.get_running_loop()

@@ -1,7 +1,8 @@
 """Per-tenant limits and fair queuing in front of the router.
 
 Each request belongs to a tenant (``RequestContext.tenant``, from its API key). The
-gate decides, in order:
+gate decides three things; 1 and 3 need no prompt, so they are decided first, before the
+prompt is tokenized (``TenantScheduler.refusal``), and 2 after:
 
 1. **In-flight limit**: a tenant with ``maxInFlightRequests`` requests admitted and not
    finished (held, dispatched or streaming) gets 429 at once.
@@ -47,11 +48,16 @@ tenant keeps the workers full (issue 34's bench, ``tandem_dev.bench.tenants``):
   tenant's backlog or share a step's budget with its prompts (TensorRT-LLM 1.2.1 has no
   request priority: there only the order here applies). It is never taken from the
   request: a caller cannot rank itself up.
-* **Past a full bound, one each for tenants under their share**: such a tenant with no
-  request awaiting its first token sends its next one even when the bound is reached.
-  Otherwise a light request waits here for one of the heavy tenant's prefills to
-  finish, and then for the worker's next step to begin, before its own (ranked-up)
-  prefill can start. The bound is exceeded by fewer requests than there are tenants.
+* **Past a full bound, a worker's depth for tenants under their share**: such a tenant
+  with fewer than ``dispatch_depth`` requests awaiting their first token sends its next
+  one even when the bound is reached. Otherwise a light request waits here for one of
+  the heavy tenant's prefills to finish, and then for the worker's next step to begin,
+  before its own (ranked-up) prefill can start. One each is not enough: a light tenant
+  at a fifth of capacity has a second request arriving during about a fifth of its
+  prefills, and that one would wait out the first's whole time to first token. The
+  bound is exceeded by at most ``dispatch_depth`` per tenant under its share; a tenant
+  stops being under its share as its requests reach the workers, so this cannot carry
+  a backlog past the bound.
 
 ``TenantScheduler`` holds the decisions (no I/O, no clock: times are arguments);
 ``TenantGate`` is the asyncio shell that the serving layer streams through.
@@ -68,7 +74,7 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 from tandem.errors import TandemError
 from tandem.frontend.config import TenancySettings, TenantLimits
@@ -263,8 +269,13 @@ def fair_priority(at_workers: Mapping[str, int], weights: Mapping[str, int], ten
 class TenantScheduler:
     """The gate's decisions and bookkeeping (no I/O, no clock)."""
 
-    def __init__(self, settings: TenancySettings) -> None:
+    def __init__(
+        self, settings: TenancySettings, *, under_share_depth: int = DEFAULT_DISPATCH_DEPTH
+    ) -> None:
         self.settings = settings
+        # Past a full bound, how many requests a tenant under its share may have awaiting
+        # their first token (module docstring).
+        self.under_share_depth = under_share_depth
         self._tenants: dict[str, _Tenant] = {}
         self._seq = itertools.count()
         self._virtual = 0.0  # V: the start tag of the latest request dispatched
@@ -289,9 +300,9 @@ class TenantScheduler:
         admitted request is held; ``release`` sends it on."""
         state = self._tenant(tenant, now)
         limits = state.limits
-        cap = limits.max_in_flight_requests
-        if cap is not None and state.in_flight >= cap:
-            return Admission(Outcome.REJECTED_IN_FLIGHT)
+        refused = self.refusal(tenant, capacity=capacity)
+        if refused is not None:
+            return Admission(refused)
         reserve = 0
         bucket = state.bucket
         if bucket is not None:
@@ -305,15 +316,8 @@ class TenantScheduler:
                 )
         displaced = None
         if self.held + self.dispatched >= capacity:
-            victim = choose_victim(
-                {t: s.occupancy for t, s in self._tenants.items()},
-                {t: s.limits.weight for t, s in self._tenants.items()},
-                {t: len(s.held) for t, s in self._tenants.items()},
-                tenant,
-                capacity,
-            )
-            if victim is None:
-                return Admission(Outcome.QUEUE_FULL)
+            victim = self._victim(tenant, capacity)
+            assert victim is not None  # refusal() returned QUEUE_FULL otherwise
             displaced = self._tenants[victim].held[-1]
             self._drop_held(displaced)
             displaced.state = EntryState.REFUSED
@@ -328,10 +332,26 @@ class TenantScheduler:
         self.held += 1
         return Admission(Outcome.HELD, entry, displaced)
 
+    def refusal(self, tenant: str, *, capacity: int) -> Outcome | None:
+        """What ``admit`` refuses whatever the prompt: the tenant's in-flight limit, or a
+        full queue (``capacity``) that it may not displace into. The frontend asks before
+        tokenizing, so that a tenant offering many times capacity does not spend the
+        frontend's CPU on prompts that are refused anyway (a 4k-token prompt costs
+        milliseconds of a core to render and encode, what the other tenants' requests
+        need)."""
+        state = self._tenants.get(tenant)
+        cap = limits_for(tenant, self.settings).max_in_flight_requests
+        if cap is not None and state is not None and state.in_flight >= cap:
+            return Outcome.REJECTED_IN_FLIGHT
+        if self.held + self.dispatched >= capacity and self._victim(tenant, capacity) is None:
+            return Outcome.QUEUE_FULL
+        return None
+
     def release(self, bound: int) -> list[Entry]:
         """Held requests to send now, in fair order, while fewer than ``bound`` await
-        their first token; past that, the head of each tenant under its share with none
-        awaiting (module docstring). Each leaves ranked by ``fair_priority``."""
+        their first token; past that, the heads of tenants under their share with fewer
+        than ``under_share_depth`` awaiting (module docstring). Each leaves ranked by
+        ``fair_priority``."""
         out = []
         while self.held:
             heads = [s.held[0] for s in self._tenants.values() if s.held]
@@ -339,7 +359,7 @@ class TenantScheduler:
                 heads = [
                     e
                     for e in heads
-                    if not self._tenants[e.tenant].dispatched
+                    if self._tenants[e.tenant].dispatched < self.under_share_depth
                     and self._priority(e.tenant) == PRIORITY_UNDER_SHARE
                 ]
             if not heads:
@@ -389,6 +409,17 @@ class TenantScheduler:
         self._forget_idle(entry.tenant, now)
 
     # --------------------------------------------------------------- helpers
+
+    def _victim(self, tenant: str, capacity: int) -> str | None:
+        weights = {t: s.limits.weight for t, s in self._tenants.items()}
+        weights.setdefault(tenant, limits_for(tenant, self.settings).weight)
+        return choose_victim(
+            {t: s.occupancy for t, s in self._tenants.items()},
+            weights,
+            {t: len(s.held) for t, s in self._tenants.items()},
+            tenant,
+            capacity,
+        )
 
     def _priority(self, tenant: str) -> int:
         return fair_priority(
@@ -487,7 +518,7 @@ class TenantGate:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._backend = backend
-        self._scheduler = TenantScheduler(settings)
+        self._scheduler = TenantScheduler(settings, under_share_depth=dispatch_depth)
         self._metrics = metrics
         self._clock = clock
         self.dispatch_depth = dispatch_depth
@@ -520,7 +551,7 @@ class TenantGate:
         """The router's chunks for ``request`` once the gate lets it through; refusals
         raise before the first chunk, as the router's own do."""
         label = tenant_label(tenant, self.settings)
-        entry = self._admit(tenant, label, request)
+        entry = self._admit(tenant, request)
         try:
             held_seconds = 0.0
             if entry.state is EntryState.HELD:
@@ -556,7 +587,16 @@ class TenantGate:
 
     # ------------------------------------------------------------------ admission
 
-    def _admit(self, tenant: str, label: str, request: GenerationRequest) -> Entry:
+    def refuse_early(self, tenant: str) -> None:
+        """Raises what ``generate`` would for ``tenant`` whatever its prompt (its
+        in-flight limit, a full queue): called before the prompt is tokenized
+        (``TenantScheduler.refusal``)."""
+        config = self._backend.config
+        outcome = self._scheduler.refusal(tenant, capacity=config.max_queued_requests)
+        if outcome is not None:
+            self._raise_refusal(tenant, Admission(outcome), prompt_tokens=0)
+
+    def _admit(self, tenant: str, request: GenerationRequest) -> Entry:
         config = self._backend.config
         admission = self._scheduler.admit(
             tenant,
@@ -565,11 +605,21 @@ class TenantGate:
             now=self._clock(),
             capacity=config.max_queued_requests,
         )
+        if admission.outcome is not Outcome.HELD:
+            self._raise_refusal(tenant, admission, prompt_tokens=len(request.prompt))
+        assert admission.entry is not None
+        if admission.displaced is not None:
+            self._refuse(admission.displaced, config)
+        self._pump()
+        return admission.entry
+
+    def _raise_refusal(self, tenant: str, admission: Admission, *, prompt_tokens: int) -> NoReturn:
+        """Counts the refusal and raises its OpenAI-shaped error."""
+        config = self._backend.config
         limits = limits_for(tenant, self.settings)
         outcome = admission.outcome
-        if outcome is not Outcome.HELD:
-            metric = "rejected_tokens" if outcome is Outcome.TOO_LARGE else outcome.value
-            self._metrics.requests.labels(label, metric).inc()
+        metric = "rejected_tokens" if outcome is Outcome.TOO_LARGE else outcome.value
+        self._metrics.requests.labels(tenant_label(tenant, self.settings), metric).inc()
         if outcome is Outcome.REJECTED_IN_FLIGHT:
             raise TenantRequestLimitError(
                 f"Rate limit reached for tenant {tenant!r}: at most "
@@ -586,16 +636,10 @@ class TenantGate:
         if outcome is Outcome.TOO_LARGE:
             raise TenantRequestTooLargeError(
                 f"Request too large for tenant {tenant!r} on tokens per minute: limit "
-                f"{limits.tokens_per_minute}, the prompt alone has {len(request.prompt)} "
+                f"{limits.tokens_per_minute}, the prompt alone has {prompt_tokens} "
                 "tokens. Shorten the prompt."
             )
-        if outcome is Outcome.QUEUE_FULL:
-            raise _queue_full(config, self._scheduler)
-        assert admission.entry is not None
-        if admission.displaced is not None:
-            self._refuse(admission.displaced, config)
-        self._pump()
-        return admission.entry
+        raise _queue_full(config, self._scheduler)
 
     def _refuse(self, entry: Entry, config: RouterConfig) -> None:
         waiter = self._waiters.pop(entry, None)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from tandem.engines.priority import admission_order, prefill_order, step_token_budget
+from tandem.engines.priority import (
+    FIRST_TOKENS,
+    admission_order,
+    holds_prompts,
+    prefill_order,
+    step_token_budget,
+)
 
 
 def test_admission_is_by_priority_then_arrival() -> None:
@@ -27,3 +33,14 @@ def test_an_outranking_decode_row_leaves_lower_prompts_a_quarter_of_the_step() -
     # Never starved: one prompt token at least while the rows leave any.
     assert step_token_budget(5, [1, 1, 1], 0) == 4
     assert step_token_budget(3, [1, 1, 1], 0) == 3
+
+
+def test_lower_prompts_wait_while_an_outranking_row_writes_its_first_tokens() -> None:
+    # Its tokens 2 to FIRST_TOKENS (the prefill wrote the first): no prompt runs.
+    for generated in range(1, FIRST_TOKENS):
+        assert holds_prompts([(0, 9), (1, generated)], 0)
+    assert not holds_prompts([(0, 9), (1, FIRST_TOKENS)], 0)
+    # Any outranking row still in its first tokens holds them; equals never do.
+    assert holds_prompts([(1, 30), (1, 2)], 0)
+    assert not holds_prompts([(1, 1)], 1)
+    assert not holds_prompts([], 0)

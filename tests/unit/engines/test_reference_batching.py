@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tandem.engines.base import KvCapacityError, KvLayout, SamplingParams, StepOutput
+from tandem.engines.priority import FIRST_TOKENS
 from tandem.engines.reference import ReferenceEngine, ReferenceModelConfig
 from tandem.engines.reference.kv_layout import compute_prefill_peak_blocks
 from tandem.engines.reference.kv_pool import KvPool, SequenceKv
@@ -210,27 +211,33 @@ def test_a_higher_priority_prefill_takes_its_steps_alone(tiny_config: TinyConfig
     assert engine.stats().prompt_tokens_computed == 90
 
 
-def test_a_ranked_up_decode_row_slows_lower_prefill_without_stopping_it(
+def test_a_ranked_up_decode_row_pauses_then_slows_lower_prefill_without_stopping_it(
     tiny_config: TinyConfigFactory,
 ) -> None:
-    """The step that decodes a ranked-up row gives the prompt a quarter of its prefill
+    """While a ranked-up row writes its first tokens (``FIRST_TOKENS``) the prompt waits;
+    after, the step that decodes the row gives the prompt a quarter of its prefill
     budget: some tokens, well under what the same step computes when nothing outranks
     the prompt (not exactly a quarter: a token's cost includes its attention)."""
 
-    def tokens_beside_a_decode_row(priority: int) -> int:
+    def tokens_beside_a_decode_row(priority: int) -> list[int]:
         engine = ReferenceEngine(tiny_config(prefill_chunk=128, max_batch_tokens=129))
         rng = np.random.default_rng(4)
-        decoding = SamplingParams(max_tokens=4, priority=priority)
+        decoding = SamplingParams(max_tokens=FIRST_TOKENS + 2, priority=priority)
         engine.start_prefill("decoding", rng.integers(0, 256, 10).tolist(), decoding)
         while not any(o.prefill for o in engine.step({})):
             pass
-        engine.start_prefill("low", rng.integers(0, 256, 400).tolist(), GREEDY)
-        before = engine.stats().prompt_tokens_computed
-        engine.step({"decoding": decoding})
-        return engine.stats().prompt_tokens_computed - before
+        engine.start_prefill("low", rng.integers(0, 256, 2000).tolist(), GREEDY)
+        computed = []
+        for _ in range(FIRST_TOKENS):  # the row's tokens 2 to FIRST_TOKENS, then one more
+            before = engine.stats().prompt_tokens_computed
+            engine.step({"decoding": decoding})
+            computed.append(engine.stats().prompt_tokens_computed - before)
+        return computed
 
     level, outranked = tokens_beside_a_decode_row(0), tokens_beside_a_decode_row(1)
-    assert 0 < outranked < level // 2
+    assert outranked[:-1] == [0] * (FIRST_TOKENS - 1)
+    # Both from the prompt's start (a later chunk costs more attention per token).
+    assert 0 < outranked[-1] < level[0] // 2
 
 
 def _kv_bytes(engine: ReferenceEngine, layout: KvLayout) -> bytes:

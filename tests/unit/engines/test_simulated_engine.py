@@ -10,6 +10,7 @@ import pytest
 
 from tandem.capacity.models import TANDEM_REFERENCE, KvDtype
 from tandem.engines.base import EngineError, KvLayout, SamplingParams
+from tandem.engines.priority import FIRST_TOKENS
 from tandem.engines.simulated import SimulatedConfigError, SimulatedEngine
 from tandem.engines.simulated.engine import IDLE_TICK_S
 from tandem.engines.simulated.pacing import Pacer
@@ -170,16 +171,20 @@ def test_a_step_prefills_the_higher_priority_prompt_alone() -> None:
     assert e.stats().prompt_tokens_computed == 900
 
 
-def test_a_ranked_up_decode_row_holds_lower_prefill_to_a_quarter_of_the_budget() -> None:
-    """Budget 1,001: while the ranked-up "high" decodes, "low"'s prompt advances 250
-    tokens a step (a quarter of the 1,000 left after the row); once "high" is done it
-    takes the whole budget again."""
+def test_a_ranked_up_decode_row_pauses_then_holds_lower_prefill_to_a_quarter() -> None:
+    """Budget 1,001: while the ranked-up "high" writes its first tokens (``FIRST_TOKENS``,
+    the prefill's one of them), "low"'s prompt waits; then it advances 250 tokens a step
+    (a quarter of the 1,000 left after the row); once "high" is done it takes the whole
+    budget again."""
     e = engine(max_num_tokens=1001)
-    ranked = SamplingParams(max_tokens=3, priority=1)
+    ranked = SamplingParams(max_tokens=FIRST_TOKENS + 2, priority=1)
     e.start_prefill("high", [8] * 10, ranked)
     assert [o.request_id for o in e.step({})] == ["high"]
     e.start_prefill("low", [7] * 2000, SamplingParams(max_tokens=4))
     computed = e.stats().prompt_tokens_computed
+    for _ in range(FIRST_TOKENS - 1):
+        e.step({"high": ranked})
+    assert e.stats().prompt_tokens_computed == computed
     e.step({"high": ranked})
     assert e.stats().prompt_tokens_computed - computed == 250
     e.step({"high": ranked})  # its last token

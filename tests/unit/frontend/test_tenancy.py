@@ -46,7 +46,8 @@ def admit_many(
 
 def release_one_at_a_time(s: TenantScheduler, n: int) -> list[str]:
     """Dispatch bound 1: the released requests get their first token before the next
-    release (a tenant under its share may leave past the bound: one more at most)."""
+    release (a tenant under its share may leave past the bound: ``under_share_depth``
+    more at most)."""
     order: list[str] = []
     while len(order) < n:
         for entry in s.release(1):
@@ -90,22 +91,38 @@ def test_fair_priority_ranks_nobody_up_alone_or_idle() -> None:
 
 
 def test_a_tenant_under_its_share_goes_past_a_full_bound_ranked_up() -> None:
-    s = TenantScheduler(TenancySettings())
+    s = TenantScheduler(TenancySettings(), under_share_depth=2)
     admit_many(s, "heavy", 10, prompt=4096)
     sent = s.release(2)
     assert [e.priority for e in sent] == [PRIORITY_DEFAULT, PRIORITY_DEFAULT]
     s.first_token(sent[0])
     (more,) = s.release(2)  # the bound again: one of two awaiting their first token
     assert more.tenant == "heavy" and more.priority == PRIORITY_DEFAULT
-    admit_many(s, "light", 2, prompt=4096)
-    (light,) = s.release(2)  # past the full bound: light has nothing at the worker
-    assert light.tenant == "light" and light.priority == PRIORITY_UNDER_SHARE
-    assert s.dispatched == 3
-    assert s.release(2) == []  # light's second waits: one of its own awaits its first token
-    s.first_token(light)
-    (second,) = s.release(2)
-    assert second.tenant == "light" and second.priority == PRIORITY_UNDER_SHARE
-    assert s.release(2) == []  # heavy is over its share: it waits for the bound
+    admit_many(s, "light", 4, prompt=4096)
+    light = s.release(2)  # past the full bound, a worker's depth: light has nothing there
+    assert [(e.tenant, e.priority) for e in light] == [("light", PRIORITY_UNDER_SHARE)] * 2
+    assert s.dispatched == 4
+    assert s.release(2) == []  # light's third waits: two of its own await their first token
+    s.first_token(light[0])
+    (third,) = s.release(2)  # 8,192 of 20,480 prompt tokens at the worker: under its share
+    assert third.tenant == "light" and third.priority == PRIORITY_UNDER_SHARE
+    s.first_token(light[1])
+    assert s.release(2) == []  # 12,288 each: at its share, light waits for the bound too
+
+
+def test_refusal_before_the_prompt_is_what_admission_would_refuse() -> None:
+    settings = TenancySettings(tenants={"capped": TenantLimits(max_in_flight_requests=1)})
+    s = TenantScheduler(settings)
+    assert s.refusal("newcomer", capacity=2) is None  # no state made for asking
+    assert s.held_entries() == []
+    admit_many(s, "capped", 1, capacity=2)
+    assert s.refusal("capped", capacity=2) is Outcome.REJECTED_IN_FLIGHT
+    admit_many(s, "other", 1, capacity=2)
+    # Full: "other" holds its share (1 of 2) and may displace nobody ...
+    assert s.refusal("other", capacity=2) is Outcome.QUEUE_FULL
+    # ... while a newcomer (a share of 2/3) may displace a tenant's held request.
+    assert s.refusal("newcomer", capacity=2) is None
+    assert s.admit("other", 10, 5, now=0.0, capacity=2).outcome is Outcome.QUEUE_FULL
 
 
 def test_backlogged_tenants_share_slots_by_weight() -> None:
@@ -143,7 +160,7 @@ def test_one_tenant_is_fifo_and_released_at_once_while_there_is_room() -> None:
 
 def test_an_idle_tenant_does_not_bank_credit() -> None:
     # B was idle while A was served: it joins at the current virtual time, not at 0.
-    s = TenantScheduler(TenancySettings())
+    s = TenantScheduler(TenancySettings(), under_share_depth=1)
     admit_many(s, "a", 10)
     assert release_one_at_a_time(s, 6) == ["a"] * 6
     admit_many(s, "b", 5)
@@ -259,7 +276,8 @@ def test_full_queue_displaces_the_newest_held_request_of_the_tenant_most_over_sh
         s.finish(entry, now=0.0)
     assert s.tenant_in_flight("a") == 2
     s.first_token(sent[0])
-    assert [e.tenant for e in s.release(2)] == ["b"]
+    # b has nothing at the worker, under its share: past the bound, a worker's depth.
+    assert [e.tenant for e in s.release(2)] == ["b", "b"]
 
 
 # ---------------------------------------------------------------------- helpers

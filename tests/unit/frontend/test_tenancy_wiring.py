@@ -163,12 +163,15 @@ async def test_one_tenant_over_http_is_served_without_holding() -> None:
 
 async def test_tenant_limit_over_http_is_openai_shaped_with_retry_after() -> None:
     tenancy = TenancySettings(defaults=TenantLimits(max_in_flight_requests=1))
-    async with gated(tenancy, prefill_delay=0.2) as fe:
-        body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
-        first = asyncio.create_task(fe.client.post("/v1/completions", json=body))
-        await eventually(lambda: fe.gate.dispatched == 1)
-        refused = await fe.client.post("/v1/completions", json=body)
-        assert (await first).status_code == 200
+    with recording() as finished:
+        async with gated(tenancy, prefill_delay=0.2) as fe:
+            body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+            first = asyncio.create_task(fe.client.post("/v1/completions", json=body))
+            await eventually(lambda: fe.gate.dispatched == 1)
+            refused = await fe.client.post("/v1/completions", json=body)
+            assert (await first).status_code == 200
+    # Refused before its prompt was tokenized: one tokenize span, the first request's.
+    assert [s.name for s in finished].count("frontend.tokenize") == 1
     assert refused.status_code == 429
     assert refused.headers["retry-after"] == "1"
     error = refused.json()["error"]

@@ -37,7 +37,7 @@ from tandem.engines.base import (
     SamplingParams,
     StepOutput,
 )
-from tandem.engines.priority import prefill_order, step_token_budget
+from tandem.engines.priority import holds_prompts, prefill_order, step_token_budget
 from tandem.engines.reference.config import ReferenceModelConfig
 from tandem.engines.reference.kv_layout import (
     build_kv_layout,
@@ -265,8 +265,12 @@ class ReferenceEngine:
         pending = [self._sequences[rid] for rid in prefills]
         budget = config.max_batch_tokens
         if pending:
-            ranks = [self._sequences[rid].sampling.priority for rid in decodes]
-            budget = step_token_budget(budget, ranks, pending[0].sampling.priority)
+            rows = [self._sequences[rid] for rid in decodes]
+            top = pending[0].sampling.priority
+            ranks = [(s.sampling.priority, len(s.tokens) - s.prompt_len) for s in rows]
+            if holds_prompts(ranks, top):
+                prefills, pending = [], []
+            budget = step_token_budget(budget, [s.sampling.priority for s in rows], top)
         chunks = plan_prefill_chunks(
             budget,
             len(decodes),

@@ -37,7 +37,12 @@ from tandem.engines.base import (
     SamplingParams,
     StepOutput,
 )
-from tandem.engines.priority import admission_order, prefill_order, step_token_budget
+from tandem.engines.priority import (
+    admission_order,
+    holds_prompts,
+    prefill_order,
+    step_token_budget,
+)
 from tandem.engines.simulated.config import SimulatedConfig
 from tandem.engines.simulated.kv_reuse import KvReuse
 from tandem.engines.simulated.pacing import Pacer
@@ -255,13 +260,17 @@ class SimulatedEngine:
         self._admit()
         rows = [rid for rid in sampling if self._sequences[rid].state is SequenceState.READY]
         prefilling = [only] if only is not None else self._prefill_order()
+        if prefilling and only is None:
+            ranks = [(self._sequences[r].priority, self._sequences[r].generated) for r in rows]
+            if holds_prompts(ranks, self._sequences[prefilling[0]].priority):
+                prefilling = []
         remaining = [
             self._sequences[rid].prompt_len - self._sequences[rid].computed for rid in prefilling
         ]
         budget = self.config.options.max_num_tokens
         if prefilling:
-            ranks = [self._sequences[rid].priority for rid in rows]
-            budget = step_token_budget(budget, ranks, self._sequences[prefilling[0]].priority)
+            priorities = [self._sequences[rid].priority for rid in rows]
+            budget = step_token_budget(budget, priorities, self._sequences[prefilling[0]].priority)
         chunks = plan_chunks(budget, len(rows), remaining)
         work = [(rid, n) for rid, n in zip(prefilling, chunks, strict=True) if n]
         if not rows and not work:

@@ -12,7 +12,8 @@ engine's queue, so queueing and KV pressure emerge from the load.
 Chunked prefill: every decode row takes one token of the step's ``max_num_tokens``; the
 rest goes to prefill chunks, in arrival order among the prompts of the highest priority
 prefilling (``tandem.engines.priority.prefill_order`` picks them), a quarter of it while
-a decode row outranks them (``step_token_budget``).
+a decode row outranks them (``step_token_budget``), none while such a row writes its
+first tokens (``holds_prompts``).
 """
 
 from __future__ import annotations
