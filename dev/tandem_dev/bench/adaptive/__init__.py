@@ -10,8 +10,9 @@ workers, once per row:
 - **autoscaling**: a hand-written 1P+1D with the builtin autoscaler
   (``autoscale_live``'s default policy);
 - **planning auto**: the same pools with ``spec.slo``, ``spec.workload`` (the trace's
-  average) and ``planning.mode: auto``, so ``tandem up`` plans, autoscales, re-plans and
-  rolls (``tandem.runtime.replanner``).
+  first quarter: what a user knows when deploying, ``rows.deploy_time_workload``) and
+  ``planning.mode: auto``, so ``tandem up`` plans, autoscales, re-plans when the load
+  leaves that envelope, and rolls (``tandem.runtime.replanner``).
 
 - ``traces``: the issue's load shapes, sized for a small machine;
 - ``rows``: the deployments (pure);

@@ -28,6 +28,7 @@ from tandem_dev.bench.adaptive.rows import (
     AverageWorkload,
     average_workload,
     choose_static,
+    deploy_time_workload,
     render_base,
     render_planned,
     render_static,
@@ -42,14 +43,15 @@ IMAGES = Path("docs/img")
 
 
 def render_row(
-    row: str, name: str, workload: AverageWorkload, profile: str
+    row: str, name: str, workload: AverageWorkload, deployed: AverageWorkload, profile: str
 ) -> tuple[dict[str, Any], str] | None:
     """The row's InferenceCluster and its shape in words; None when no static deployment
-    of that layout meets the SLO within the budget."""
+    of that layout meets the SLO within the budget. ``deployed``: the planning row's
+    workload (``deploy_time_workload``)."""
     if row == AUTOSCALING:
         return render_base(name, workload, profile), "1P+1D, autoscaled"
     if row == PLANNING:
-        return render_planned(name, workload, profile), "planned"
+        return render_planned(name, deployed, profile), "planned"
     candidate = choose_static(render_base(name, workload, profile))[row]
     if candidate is None:
         return None
@@ -62,10 +64,11 @@ def run_trace(
     arrivals = generate_arrivals(trace, SEED)
     prompts = build_prompts(tokenizer, arrivals)
     workload = average_workload(arrivals, trace.duration_seconds)
+    deployed = deploy_time_workload(arrivals, trace.duration_seconds)
     results: list[tuple[str, RowFigures | None]] = []
     for index, row in enumerate(rows):
         name = f"adaptive-{profile}-{trace.name}-{index}"
-        rendered = render_row(row, name, workload, profile)
+        rendered = render_row(row, name, workload, deployed, profile)
         if rendered is None:
             results.append((row, None))
             continue
@@ -75,7 +78,7 @@ def run_trace(
         figures = judge_row(run, trace.duration_seconds, SLO, planning, shape)
         print(f"adaptive: {profile} {trace.name} {row}: {figures}", file=sys.stderr, flush=True)
         results.append((row, figures))
-    return TraceRows(profile, trace, workload, results)
+    return TraceRows(profile, trace, workload, deployed, results)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

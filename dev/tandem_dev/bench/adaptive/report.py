@@ -24,6 +24,7 @@ class TraceRows:
     profile: str  # the simulated hardware
     trace: Trace
     workload: AverageWorkload
+    deployed: AverageWorkload  # the planning row's spec.workload
     rows: Sequence[tuple[str, RowFigures | None]]  # None: no such deployment fits
 
 
@@ -32,11 +33,10 @@ def _count(value: int | None) -> str:
 
 
 def render_trace(result: TraceRows) -> str:
-    w = result.workload
     lines = [
         f"**{result.trace.name}, {result.profile.upper()}**: {result.trace.description} "
-        f"(average: ISL {w.isl:,}, p90 {w.isl_p90:,}, OSL {w.osl}, {w.requests_per_second:g} "
-        "req/s)",
+        f"(average: {_workload(result.workload)}; planning auto deployed for "
+        f"{_workload(result.deployed)})",
         "",
         "| deployment | ran as | attainment | GPU-seconds | goodput tok/s/GPU | requests "
         "(failed) | re-plans | rollouts |",
@@ -56,12 +56,18 @@ def render_trace(result: TraceRows) -> str:
     return "\n".join([*lines, "", f"Target: {target}."])
 
 
+def _workload(w: AverageWorkload) -> str:
+    return f"ISL {w.isl:,}, p90 {w.isl_p90:,}, OSL {w.osl}, {w.requests_per_second:g} req/s"
+
+
 def render_report(results: Sequence[TraceRows], seconds: float, wall_s: float) -> str:
     header = (
         f"SLO: TTFT p90 <= {SLO.ttft_p90_s:g} s, ITL p90 <= {SLO.itl_p90_s * 1e3:g} ms; each "
         f"trace {seconds:.0f} s in real time; GPU budget 4 prefill + 2 decode TP1 workers of "
         f"the simulated engine (gpt-oss-120b, fp8 KV). "
-        f"Static rows: `tandem plan`'s search for the trace's average load, one layout each. "
+        f"Static rows: `tandem plan`'s search for the trace's average load, one layout each; "
+        f"planning auto: `spec.workload` is the trace's first quarter, what a user knows at "
+        f"deploy time. "
         f"Run took {wall_s:.0f} s."
     )
     profiles = dict.fromkeys(r.profile for r in results)

@@ -72,6 +72,19 @@ def average_workload(arrivals: Sequence[Arrival], seconds: float) -> AverageWork
     return AverageWorkload(isl, max(isl, p90), OUTPUT_TOKENS, rate)
 
 
+# What a user knows when deploying: the trace's first quarter (bursty's quiet first
+# phase, drift's all-short first step, the ramp's low start).
+DEPLOY_TIME_SHARE = 0.25
+
+
+def deploy_time_workload(arrivals: Sequence[Arrival], seconds: float) -> AverageWorkload:
+    """The workload of the trace's first ``DEPLOY_TIME_SHARE``: the planning row's
+    ``spec.workload``. Planned on the whole trace's average instead, it starts with the
+    drift and the bursts already inside its envelope, and never re-plans."""
+    window = seconds * DEPLOY_TIME_SHARE
+    return average_workload([a for a in arrivals if a.at < window], window)
+
+
 def render_base(name: str, workload: AverageWorkload, profile: str) -> dict[str, Any]:
     """The autoscale section's hand-written 1P+1D under its default policy on ``profile``'s
     simulated workers, with the SLO and the trace's average workload."""

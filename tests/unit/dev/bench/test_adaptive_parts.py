@@ -13,7 +13,12 @@ from tandem.sim.planner import Candidate
 from tandem_dev.autoscale_sim.traces import Arrival, generate_arrivals
 from tandem_dev.bench.adaptive.judge import RowFigures, judge_row, judge_targets
 from tandem_dev.bench.adaptive.report import TraceRows, plot_attainment, render_report
-from tandem_dev.bench.adaptive.rows import average_workload, render_planned, render_static
+from tandem_dev.bench.adaptive.rows import (
+    average_workload,
+    deploy_time_workload,
+    render_planned,
+    render_static,
+)
 from tandem_dev.bench.adaptive.traces import build_adaptive_traces
 from tandem_dev.bench.autoscale_live.replay import LiveRun, Served, WorkerSample
 
@@ -36,6 +41,15 @@ def test_the_average_workload_is_the_median_prompt_and_the_mean_rate_rounded_up(
     assert (workload.isl, workload.isl_p90, workload.osl) == (1024, 32768, 64)
     assert workload.requests_per_second == 2.5
     assert average_workload(arrivals, 3.0).requests_per_second == 3.4  # 3.33.. up
+
+
+def test_the_planning_row_deploys_for_the_traces_first_quarter() -> None:
+    # 1k prompts at 2 req/s for 10 s, then 32k ones at 4 req/s: deployed for the first.
+    arrivals = [Arrival(i * 0.5, 1024, 64) for i in range(20)]
+    arrivals += [Arrival(10 + i * 0.25, 32768, 64) for i in range(120)]
+    deployed = deploy_time_workload(arrivals, 40.0)
+    assert (deployed.isl, deployed.isl_p90, deployed.requests_per_second) == (1024, 1024, 2.0)
+    assert average_workload(arrivals, 40.0).isl == 32768
 
 
 def test_rows_render_valid_clusters_static_fixed_and_planned_auto() -> None:
@@ -103,7 +117,7 @@ def test_the_plot_is_written_with_a_panel_per_trace(tmp_path: Path) -> None:
     workload = average_workload([Arrival(0, 1024, 64)], 1.0)
     rows = [("static aggregated", _figures(0.99, 100)), ("planning auto", None)]
     path = tmp_path / "img" / "adaptive-gb200.png"
-    plot_attainment(path, [TraceRows("gb200", t, workload, rows) for t in traces])
+    plot_attainment(path, [TraceRows("gb200", t, workload, workload, rows) for t in traces])
     assert path.read_bytes().startswith(b"\x89PNG")
 
 
@@ -111,7 +125,9 @@ def test_the_report_links_each_hardwares_plot() -> None:
     trace = build_adaptive_traces(120)[0]
     workload = average_workload([Arrival(0, 1024, 64)], 1.0)
     rows = [("planning auto", _figures(0.99, 100))]
-    report = render_report([TraceRows(p, trace, workload, rows) for p in ("gb200", "b200")], 120, 9)
+    report = render_report(
+        [TraceRows(p, trace, workload, workload, rows) for p in ("gb200", "b200")], 120, 9
+    )
     assert report.endswith(
         "![attainment vs GPU-seconds, GB200](img/adaptive-gb200.png)\n\n"
         "![attainment vs GPU-seconds, B200](img/adaptive-b200.png)"
