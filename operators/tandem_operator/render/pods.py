@@ -43,6 +43,7 @@ from tandem_operator.render.profiles import (
     get_profile,
     render_worker_hardware,
 )
+from tandem_operator.render.quantity import add_bytes
 
 Manifest = dict[str, Any]
 
@@ -331,6 +332,13 @@ def _worker_parts(cr: InferenceCluster, role: PoolRole, settings: RenderSettings
                 {"name": "kv-offload", "mountPath": offload.disk_path},
             ],
         )
+    if offload.enabled and offload.host_bytes and cr.spec.engine.kind is not EngineKind.SIMULATED:
+        # The host tier lives in the worker's own memory (the reference engine's arrays,
+        # TensorRT-LLM's pinned secondary pool, both allocated at start-up): the scheduler
+        # must place the pod where it fits, and a memory limit must not OOM-kill it.
+        hardware = replace(
+            hardware, resources=with_host_tier(hardware.resources, offload.host_bytes)
+        )
     # Engines that load weights mount them (the reference engine builds its own).
     model = render_model_mount(cr.spec.model) if cr.spec.engine.kind is EngineKind.TRTLLM else None
     env = _downward_env(
@@ -396,6 +404,18 @@ def render_worker_pod_template(
         # The release the engine options are rendered for; both pools must run it.
         annotations[ANNOTATION_TRTLLM_RELEASE] = TRTLLM_RELEASE
     return {"metadata": {"labels": labels, "annotations": annotations}, "spec": spec}
+
+
+def with_host_tier(resources: Manifest, host_bytes: int) -> Manifest:
+    """``resources`` with ``host_bytes`` more memory: added to the memory request (the
+    tier alone when none was asked) and to a memory limit, where one is set."""
+    requests = dict(resources.get("requests", {}))
+    requests["memory"] = add_bytes(requests.get("memory", "0"), host_bytes)
+    out: Manifest = {**resources, "requests": requests}
+    limits = resources.get("limits", {})
+    if "memory" in limits:
+        out["limits"] = {**limits, "memory": add_bytes(limits["memory"], host_bytes)}
+    return out
 
 
 def _with_claims(resources: Manifest, claims: list[Manifest]) -> Manifest:

@@ -406,8 +406,9 @@ class KvOffloadSpec(ApiModel):
     host_bytes: int = Field(
         default=0,
         ge=0,
-        description="Host-memory tier size in bytes per worker (allocated at start-up; "
-        "trtllm: split evenly over the worker's tensor-parallel ranks).",
+        description="Host-memory tier size in bytes per worker (allocated at start-up and "
+        "added to the worker pod's memory request and limit; trtllm: split evenly over the "
+        "worker's tensor-parallel ranks).",
     )
     disk_bytes: int = Field(
         default=0,

@@ -16,14 +16,14 @@ list; the step rules size one step's prompt work.
 
 * **Step budget**: while a ranked-up sequence decodes, prompts ranked below it get at
   most :data:`OUTRANKED_PREFILL_SHARE` of a step's prefill tokens, and none while it
-  writes its first :data:`FIRST_TOKENS` (:func:`holds_prompts`). Those first tokens are its time to first token
-  as the client sees it (gpt-oss's answer starts with a three-token channel header, so
-  the first text is the fourth token), and each is a step that would otherwise carry
-  the other tenant's prefill chunks: a full 8k-token chunk makes it 4-6x as long as the
-  decode rows alone, a quarter of one still twice. Paused for at most
-  :data:`FIRST_TOKENS` - 1 steps per ranked-up request, then slowed, never stopped: a
-  tenant is ranked up only while under its share, so the pauses are bounded by what
-  the lower-ranked tenant is owed anyway.
+  writes its first :data:`FIRST_TOKENS` (:func:`holds_prompts`). Those first tokens are
+  its time to first token as the client sees it (gpt-oss's answer starts with a
+  three-token channel header, so the first text is the fourth token), and each is a step
+  that would otherwise carry the other tenant's prefill chunks: a full 8k-token chunk
+  makes it 4-6x as long as the decode rows alone, a quarter of one still twice. Paused
+  for at most :data:`FIRST_TOKENS` - 1 steps per ranked-up request, then slowed, never
+  stopped: a tenant is ranked up only while under its share, so the pauses are bounded
+  by what the lower-ranked tenant is owed anyway.
 
 With equal priorities all of these are what they were before priorities existed.
 """

@@ -1,11 +1,14 @@
 """``kvCache.offload`` of a pool, rendered: the reference engine's ``offload_*`` options in
 the operator's worker document and the local runtime's command line, the disk tier's
-volume in the worker pod, the simulated engine's tier options, and the API refusing an
-offload without a tier (trtllm's host tier: tests/unit/engines/trtllm/test_trtllm_offload.py)."""
+volume and the host tier's memory in the worker pod, the simulated engine's tier options,
+and the API refusing an offload without a tier (trtllm's host tier:
+tests/unit/engines/trtllm/test_trtllm_offload.py)."""
 
 from __future__ import annotations
 
 import json
+import re
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ from tandem.api.validate import ManifestError, load_inference_cluster, parse_obj
 from tandem.runtime.plan import count_workers, plan_local
 from tandem_operator.render.contract import render_worker_config
 from tandem_operator.render.pods import RenderSettings, render_worker_pod_template
+from tandem_operator.render.quantity import QuantityError, parse_quantity
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "manifests" / "examples" / "reference-cpu.yaml"
 OFFLOAD = {"enabled": True, "hostBytes": 1 << 30, "diskBytes": 8 << 30, "diskPath": "/kv"}
@@ -108,3 +112,46 @@ def test_the_api_refuses_an_offload_no_engine_can_run(
     doc["spec"]["engine"]["kind"] = engine
     with pytest.raises(ManifestError, match=message):
         parse_object(doc)
+
+
+def worker_resources(cr: InferenceCluster) -> dict[str, Any]:
+    pod = render_worker_pod_template(cr, PoolRole.DECODE, RenderSettings(), "hash")["spec"]
+    resources: dict[str, Any] = pod["containers"][0]["resources"]
+    return resources
+
+
+def test_the_host_tier_is_added_to_the_pods_memory_request_and_limit() -> None:
+    plain = worker_resources(with_decode_offload({**OFFLOAD, "enabled": False}))
+    assert plain["requests"]["memory"] == "1536Mi"  # the reference worker's floor
+    cr = with_decode_offload(OFFLOAD)
+    assert worker_resources(cr)["requests"]["memory"] == str(1536 * 2**20 + (1 << 30))
+    doc = cr.to_wire()
+    doc["spec"]["decode"]["resources"] = {
+        "requests": {"cpu": "2", "memory": "2Gi"},
+        "limits": {"memory": "4.5Gi"},
+    }
+    limited = parse_object(doc)
+    assert isinstance(limited, InferenceCluster)
+    resources = worker_resources(limited)
+    assert resources["requests"] == {"cpu": "2", "memory": str(3 << 30)}
+    assert resources["limits"] == {"memory": str((4 << 30) + (1 << 29) + (1 << 30))}
+
+
+def test_the_simulated_engine_models_its_host_tier_and_asks_for_no_memory() -> None:
+    cr = with_decode_offload(OFFLOAD, SIMULATED_EXAMPLE)
+    off = with_decode_offload({**OFFLOAD, "enabled": False}, SIMULATED_EXAMPLE)
+    assert worker_resources(cr) == worker_resources(off)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("1536Mi", 1536 * 2**20), ("1.5G", 1_500_000_000), ("2e3", 2000), ("512", 512),
+     ("1Ei", 2**60), ("1E", 10**18), ("100m", Decimal("0.1")), ("1e-3", Decimal("0.001"))],
+)  # fmt: skip
+def test_quantities_parse_as_the_api_reads_them(text: str, value: int | Decimal) -> None:
+    assert parse_quantity(text) == value
+
+
+def test_a_malformed_quantity_is_refused_by_name() -> None:
+    with pytest.raises(QuantityError, match=re.escape("'1.5 Gi'")):
+        parse_quantity("1.5 Gi")
