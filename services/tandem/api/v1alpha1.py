@@ -723,8 +723,9 @@ class ReplanSpec(ApiModel):
         le=10,
         description="How far the observed workload may drift before it counts as outside "
         "the planned one: the median prompt or answer length beyond 1+tolerance times, or "
-        "below 1/(1+tolerance) times, the planned length, or the request rate above "
-        "1+tolerance times the planned maximum.",
+        "below 1/(1+tolerance) times, the planned length; the p90 prompt or answer length "
+        "beyond 1+tolerance times the planned islP90/oslP90, where set; or the request rate "
+        "above 1+tolerance times the planned maximum.",
     )
 
 

@@ -2,7 +2,8 @@
 ``planning.mode: auto``.
 
 The plan replaces only what it decided -- each pool's workers, tensor parallelism and the
-decode step budget, and under autoscaling the per-replica targets -- so everything else a
+decode step budget, and under autoscaling the per-replica targets (an aggregated plan's
+prefill pool then stands by at zero workers) -- so everything else a
 user wrote (images, pod templates, resources, routing) renders as before. Rendering then
 runs unchanged: spec -> plan -> render.
 """
@@ -38,14 +39,19 @@ def apply_plan(spec: InferenceClusterSpec, plan: PlanStatus | None) -> Inference
     ):
         return spec
     kind = spec.engine.kind
+    standby = spec.autoscaling.enabled
     updates: dict[str, object] = {
-        "prefill": _shape_pool(spec.prefill, plan.prefill, kind),
-        "decode": _shape_pool(spec.decode, plan.decode, kind),
+        "prefill": _shape_pool(spec.prefill, plan.prefill, kind, standby=standby),
+        "decode": _shape_pool(spec.decode, plan.decode, kind, standby=standby),
     }
     targets = plan.autoscaling
-    if spec.autoscaling.enabled and targets is not None:
+    if standby and targets is not None:
         scaling = spec.autoscaling
-        prefill_target = targets.prefill_tokens_per_second_per_replica
+        # An aggregated plan has no prefill target: a standby pool keeps the spec's.
+        prefill_target = (
+            targets.prefill_tokens_per_second_per_replica
+            or scaling.prefill.target_tokens_per_second_per_replica
+        )
         updates["autoscaling"] = scaling.model_copy(
             update={
                 "prefill": scaling.prefill.model_copy(
@@ -69,11 +75,17 @@ def apply_plan(spec: InferenceClusterSpec, plan: PlanStatus | None) -> Inference
     return spec.model_copy(update=updates)
 
 
-def _shape_pool(pool: P, planned: PlannedPool | None, kind: EngineKind) -> P:
-    """``pool`` resized to ``planned``; no plan for it: no pool (an aggregated plan's
-    decode workers prefill, and the autoscaler may not grow a prefill pool back)."""
+def _shape_pool(pool: P, planned: PlannedPool | None, kind: EngineKind, *, standby: bool) -> P:
+    """``pool`` resized to ``planned``. No plan for it (an aggregated plan: its decode
+    workers prefill): no worker, and no room to grow unless ``standby`` (autoscaling on),
+    which keeps the pool's upper bound. A prefill pool at zero costs nothing while the
+    workload is the one planned for, and the autoscaler grows it when long prompts come
+    that the plan was not made for (a burst, or a drift before it re-plans): the router
+    prefills them on the decode workers meanwhile and counts them as diverted, which is
+    what brings the pool up (docs/autoscaling.md, *Scale to zero*)."""
     if planned is None:
-        return pool.model_copy(update={"replicas": 0, "min_replicas": 0, "max_replicas": 0})
+        bound = pool.max_replicas if standby else 0
+        return pool.model_copy(update={"replicas": 0, "min_replicas": 0, "max_replicas": bound})
     workers = planned.workers
     update: dict[str, object] = {
         "replicas": workers,

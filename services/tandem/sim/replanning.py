@@ -4,8 +4,12 @@ A plan is made for one workload (``spec.workload``, or one adopted from observat
 operator observes the served workload over a sliding window (``workload_observation``)
 and calls :func:`step` after each observation. The workload counts as *outside* the plan
 when its median prompt or answer length drifts beyond ``1 + tolerance`` times either way,
-or its rate rises above ``1 + tolerance`` times the planned maximum; a falling rate is the
-autoscaler's to follow, not a reason to roll pods. A re-plan is due once the workload has
+its p90 prompt or answer length rises above ``1 + tolerance`` times the plan's p90 (where
+the plan has one), or its rate rises above ``1 + tolerance`` times the planned maximum.
+The p90s matter because a mix keeps its median: 1k chat joined by a fifth of 32k prompts
+still has a 1k median, and a plan made for 1k alone has no prefill pool for the 32k ones.
+A falling rate or p90 is the autoscaler's to follow (fewer workers, a prefill pool at
+zero), not a reason to roll pods. A re-plan is due once the workload has
 been outside for a whole window without a break (a burst does not re-plan) and the last
 re-plan is at least ``min_interval`` old (rollouts cost capacity while they run). The new
 plan is then made for the observed workload (:func:`adopt`).
@@ -48,6 +52,12 @@ def describe_outside(planned: WorkloadSpec, seen: ObservedLengths, tolerance: fl
     ):
         if observed > plan * factor or observed * factor < plan:
             found.append(f"median {what} {observed:,} tokens vs {plan:,} planned")
+    for what, observed, tail in (
+        ("prompt", seen.isl_p90, planned.isl_p90),
+        ("answer", seen.osl_p90, planned.osl_p90),
+    ):
+        if tail is not None and observed > tail * factor:
+            found.append(f"p90 {what} {observed:,} tokens vs {tail:,} planned")
     rate_max = planned.requests_per_second.max
     if seen.requests_per_second > rate_max * factor:
         found.append(f"{seen.requests_per_second:.3g} req/s vs at most {rate_max:g} planned")

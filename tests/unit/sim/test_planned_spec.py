@@ -107,6 +107,31 @@ def test_an_aggregated_plan_removes_the_prefill_pool_and_sets_the_step_budget() 
     _valid(planned)
 
 
+def test_under_autoscaling_an_aggregated_plans_prefill_pool_stands_by_at_zero() -> None:
+    spec = _cluster(autoscaling=True).spec
+    spec = spec.model_copy(
+        update={
+            "autoscaling": spec.autoscaling.model_copy(
+                update={
+                    "prefill": spec.autoscaling.prefill.model_copy(
+                        update={"target_tokens_per_second_per_replica": 20000}
+                    )
+                }
+            )
+        }
+    )
+    no_prefill_target = TARGETS.model_copy(update={"prefill_tokens_per_second_per_replica": None})
+    planned = apply_plan(spec, AGGREGATED.model_copy(update={"autoscaling": no_prefill_target}))
+    p = planned.prefill
+    # No worker while the planned workload holds; room to grow, to the spec's bound.
+    assert (p.replicas, p.min_replicas, p.max_replicas) == (0, 0, spec.prefill.max_replicas)
+    assert spec.prefill.max_replicas > 0
+    # The plan has no prefill target for a pool it did not plan: the spec's stays.
+    assert planned.autoscaling.prefill.target_tokens_per_second_per_replica == 20000
+    assert planned.autoscaling.decode.target_active_sequences_per_replica == 12
+    _valid(planned)
+
+
 def test_under_autoscaling_the_plan_sets_the_targets() -> None:
     planned = apply_plan(_cluster(autoscaling=True).spec, DISAGGREGATED)
     scaling = planned.autoscaling

@@ -48,6 +48,18 @@ def test_inside_the_tolerance_is_inside() -> None:
     assert describe_outside(PLANNED, seen(rate=3.1), 0.5) == "3.1 req/s vs at most 2 planned"
 
 
+def test_a_tail_above_the_planned_p90_is_outside_though_the_median_holds() -> None:
+    # 1k chat joined by a fifth of 32k prompts: the median stays 1k, the p90 does not.
+    planned = PLANNED.model_copy(update={"isl_p90": 1000, "osl_p90": 400})
+    mix = ObservedLengths(1000, 32000, 200, 400, 1.0, 100, 300.0)
+    assert describe_outside(planned, mix, 0.5) == "p90 prompt 32,000 tokens vs 1,000 planned"
+    assert describe_outside(PLANNED, mix, 0.5) is None  # a plan without a p90: medians only
+    # A tail that shrinks is the autoscaler's (the prefill pool goes to zero), as is a
+    # falling rate.
+    calm = planned.model_copy(update={"isl_p90": 32000})
+    assert describe_outside(calm, seen(isl=1000), 0.5) is None
+
+
 def test_a_falling_rate_is_the_autoscalers_not_a_re_plan() -> None:
     assert describe_outside(PLANNED, seen(rate=0.01), 0.5) is None
 
