@@ -27,6 +27,7 @@ from tandem_operator.kube.client import (
     EVENTS,
     JOBS,
     LEADER_WORKER_SETS,
+    SECRETS,
     ApiError,
     Conflict,
     KubeClient,
@@ -40,6 +41,7 @@ from tandem_operator.render.children import (
     PoolHandle,
     render_cluster_children,
     render_credentials,
+    render_mpi_keys,
     render_pool_children,
     render_worker_pool,
     uses_leader_worker_set,
@@ -51,6 +53,16 @@ from tandem_operator.render.credentials import (
     plan_credentials,
     requested_rotation,
 )
+from tandem_operator.render.mpi_keys import (
+    KeyPair,
+    adopt_mpi_keys_secret,
+    generate_key_pair,
+    owned_by,
+    parse_mpi_keys_secret,
+    plan_mpi_keys,
+)
+from tandem_operator.render.mpi_keys import requested_rotation as requested_key_rotation
+from tandem_operator.render.multinode import launches_mpi_world
 from tandem_operator.render.placement import (
     NVLINK_DOMAIN_LABEL,
     NvlinkPlacement,
@@ -112,6 +124,18 @@ class KindNotServed(Exception):
         self.kind = kind
 
 
+class MpiSecretConflict(Exception):
+    """The Secret the cluster's MPI SSH keys go in is someone else's (mpi_keys.py)."""
+
+    def __init__(self, namespace: str, name: str) -> None:
+        super().__init__(
+            f"Secret {name} exists, holds no SSH key pair (id_ed25519, id_ed25519.pub) and "
+            "was not made by the operator, which generates the MPI SSH keys there: it is "
+            f"left as it is and nothing is applied until it is gone (kubectl -n {namespace} "
+            f"delete secret {name}, once nothing else needs it)"
+        )
+
+
 def _rfc3339(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -130,12 +154,15 @@ class Reconciler:
         workloads: WorkloadWatcher | None = None,
         credential_propagation: timedelta = DEFAULT_PROPAGATION,
         issue_credentials: Callable[[str, datetime], Issued] = issue,
+        new_mpi_keys: Callable[[], KeyPair] = generate_key_pair,
     ) -> None:
-        """``credential_propagation``: how long each rotation phase waits (credentials.py);
-        ``issue_credentials(cluster, now)`` makes a new CA and member certificate."""
+        """``credential_propagation``: how long each rotation phase of the credentials and
+        of the MPI SSH keys waits (credentials.py, mpi_keys.py); ``issue_credentials(cluster,
+        now)`` makes a new CA and member certificate, ``new_mpi_keys()`` an SSH key pair."""
         self._client = client
         self._propagation = credential_propagation
         self._issue = issue_credentials
+        self._new_mpi_keys = new_mpi_keys
         self._caches = caches
         self._settings = settings
         self._identity = identity
@@ -177,6 +204,10 @@ class Reconciler:
             reason = _MISSING_KIND_REASONS.get(exc.kind, reasons.APPLY_FAILED)
             failure = Failure(reason, _missing_kind_message(exc))
             requeue = REQUEUE_MISSING_API_SECONDS
+        except MpiSecretConflict as exc:
+            # That Secret is not watched (not ours): look again for it to be gone.
+            failure = Failure(reasons.MPI_SECRET_CONFLICT, str(exc))
+            requeue = REQUEUE_APPLY_FAILED_SECONDS
         except ApiError as exc:
             if exc.status not in (400, 403, 422):
                 raise  # transient: the queue retries with backoff
@@ -343,11 +374,54 @@ class Reconciler:
             await self._apply(render_credentials(cr, plan.state))
         return plan.requeue_s
 
+    async def _apply_mpi_keys(self, cr: InferenceCluster, obj: Manifest) -> float | None:
+        """For a cluster with a pool launching an MPI world: create its SSH keys, adopt a
+        hand-made Secret of theirs, or move a rotation on; returns when to look again
+        while a rotation phase waits. Raises MpiSecretConflict for someone else's Secret."""
+        if not any(launches_mpi_world(cr, role) for role in PoolRole):
+            return None
+        namespace, cluster = cr.metadata.namespace or "default", cr.metadata.name
+        name = names.mpi_ssh_secret_name(cluster)
+        # The cache holds only Secrets with our label: one made by hand is read directly.
+        live = self._caches.of("Secret").get(namespace, name)
+        if live is None:
+            live = await self._client.get(SECRETS, namespace, name)
+        requested = requested_key_rotation(obj["metadata"].get("annotations") or {})
+        now = self._now()
+        adopted = live is not None and not owned_by(live, cr.metadata.uid)
+        if live is not None and adopted:
+            state = adopt_mpi_keys_secret(live, requested, now)
+            if state is None:
+                raise MpiSecretConflict(namespace, name)
+        else:
+            state = parse_mpi_keys_secret(live)
+            if live is not None and state is None:
+                logger.warning(
+                    "[%s/%s] MPI SSH key Secret is unreadable; generating new keys",
+                    namespace,
+                    cluster,
+                )
+        plan = plan_mpi_keys(state, requested, now, self._new_mpi_keys, self._propagation)
+        if plan.state != state:
+            logger.info("[%s/%s] MPI SSH keys: %s", namespace, cluster, plan.state.phase.value)
+        # Applied even when the plan is unchanged (``_apply`` skips what the live Secret
+        # already holds): an adopted Secret gets its owner here.
+        await self._apply(render_mpi_keys(cr, plan.state))
+        if adopted:
+            message = (
+                f"Secret {name}, which the cluster did not own, now belongs to it with its key "
+                f"pair: the operator rotates it (annotation {names.ANNOTATION_ROTATE_MPI_KEYS}) "
+                "and deletes it with the cluster"
+            )
+            await self._emit(cr, [EventRecord("Normal", reasons.EVENT_MPI_KEYS_ADOPTED, message)])
+        return plan.requeue_s
+
     async def _apply_all(
         self, cr: InferenceCluster, obj: Manifest
     ) -> tuple[dict[PoolRole, Manifest], float | None]:
-        # The credentials first: pods mount them.
+        # The Secrets first: pods mount them.
         requeue = await self._apply_credentials(cr, obj)
+        requeue = _sooner(requeue, await self._apply_mpi_keys(cr, obj))
         children = render_cluster_children(cr, self._settings, include_pool_replicas=False)
         others = [c for c in children if c["kind"] != "WorkerPool"]
         # Stage 1: the ConfigMap and Services, and the pools (their uid and size feed stage 2).

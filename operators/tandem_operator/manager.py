@@ -88,8 +88,8 @@ class OperatorOptions:
     # Autoscaler: where to read a cluster's frontend metrics instead of its pods
     # ("NAMESPACE/NAME" or "*" -> base URL); for out-of-cluster development and e2e.
     frontend_metrics_urls: dict[str, str] = field(default_factory=dict)
-    # How long each phase of a credentials rotation waits for every pod's Secret mount
-    # to catch up (kubelet's sync period plus its cache TTL, with room to spare).
+    # How long each phase of a credentials or MPI SSH key rotation waits for every pod's
+    # Secret mount to catch up (kubelet's sync period plus its cache TTL, with room to spare).
     credential_propagation: timedelta = DEFAULT_PROPAGATION
     # planning.mode check/auto: a plan running longer is killed and reported.
     plan_timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS

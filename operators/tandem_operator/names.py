@@ -37,6 +37,11 @@ ANNOTATION_ROTATE_CREDENTIALS = "tandem.dev/rotate-credentials"
 ANNOTATION_CREDENTIALS_PHASE = "tandem.dev/credentials-phase"
 ANNOTATION_CREDENTIALS_SINCE = "tandem.dev/credentials-phase-since"
 ANNOTATION_CREDENTIALS_ROTATION = "tandem.dev/credentials-rotation"
+# The same three for the MPI SSH keys of clusters whose workers span nodes (mpi_keys.py).
+ANNOTATION_ROTATE_MPI_KEYS = "tandem.dev/rotate-mpi-keys"
+ANNOTATION_MPI_KEYS_PHASE = "tandem.dev/mpi-keys-phase"
+ANNOTATION_MPI_KEYS_SINCE = "tandem.dev/mpi-keys-phase-since"
+ANNOTATION_MPI_KEYS_ROTATION = "tandem.dev/mpi-keys-rotation"
 # On the profiling Job and the perf-table ConfigMap: what was profiled (profiling.py).
 ANNOTATION_PROFILE_DIGEST = "tandem.dev/profile-digest"
 # On the perf-table ConfigMap when the profile failed: why, in one line.
@@ -80,6 +85,10 @@ def config_map_name(cluster: str) -> str:
 
 def credentials_secret_name(cluster: str) -> str:
     return f"{cluster}-credentials"
+
+
+def mpi_ssh_secret_name(cluster: str) -> str:
+    return f"{cluster}-mpi-ssh"
 
 
 def frontend_network_policy_name(cluster: str) -> str:

@@ -70,6 +70,9 @@ INVALID_SPEC = "InvalidSpec"
 APPLY_FAILED = "ApplyFailed"
 LEADER_WORKER_SET_MISSING = "LeaderWorkerSetMissing"
 COMPUTE_DOMAIN_MISSING = "ComputeDomainMissing"  # NVIDIA's DRA driver (its CRD) is absent
+# A Secret named as the cluster's MPI SSH keys exists, holds no key pair and is not the
+# operator's: it is not overwritten, and nothing is applied (mpi_keys.py).
+MPI_SECRET_CONFLICT = "MpiSecretConflict"
 # A pool's worker cannot hold weights + workspace + its batch's KV on its GPUs
 # (tandem.capacity); the spec is not applied (capacity_gate).
 INSUFFICIENT_GPU_MEMORY = "InsufficientGPUMemory"
@@ -90,3 +93,4 @@ EVENT_POOL_RESIZED = "PoolResized"
 EVENT_PLANNED = "Planned"  # a new plan that meets the SLO (else its SloPredicted reason)
 EVENT_REPLANNING = "Replanning"  # the observed workload left the plan: planning for it
 EVENT_PROFILED = "Profiled"  # the profiling Job's table is recorded (else ProfilingFailed)
+EVENT_MPI_KEYS_ADOPTED = "MpiKeysAdopted"  # a hand-made MPI key Secret is now the operator's

@@ -128,12 +128,14 @@ each rule lists only the verbs the operator uses (docs/operator.md).
   - apiGroups: ["batch"]
     resources: ["jobs"]
     verbs: ["list", "watch", "create", "patch", "delete"]
-  # Each cluster's credentials Secret (its CA bundle and member certificate), created
-  # and rotated by the operator. RBAC cannot narrow list/watch to our own Secrets; the
-  # operator's watch asks for its label only (app.kubernetes.io/managed-by).
+  # Each cluster's credentials Secret (its CA bundle and member certificate) and, for
+  # workers spanning nodes, its MPI SSH key Secret, created and rotated by the operator.
+  # RBAC cannot narrow list/watch to our own Secrets; the operator's watch asks for its
+  # label only (app.kubernetes.io/managed-by). get: an MPI key Secret made by hand (no
+  # such label) is read by name to adopt it; list grants that read already.
   - apiGroups: [""]
     resources: ["secrets"]
-    verbs: ["list", "watch", "create", "patch"]
+    verbs: ["get", "list", "watch", "create", "patch"]
   # Each cluster's NetworkPolicy: workers accept only their own cluster's pods.
   - apiGroups: ["networking.k8s.io"]
     resources: ["networkpolicies"]

@@ -11,6 +11,7 @@ No client, clock or environment: the same spec renders the same objects.
 - ``contract``       the command line and config document each data-plane pod gets
 - ``model_source``   where a worker finds the weights: path + volumes
 - ``credentials``    the cluster's credentials Secret and its rotation plan
+- ``mpi_keys``       the MPI SSH key Secret of workers spanning nodes, and its rotation
 - ``access``         the frontend's RBAC (EndpointSlices in its namespace)
 - ``network_policy`` who may reach the workers
 """

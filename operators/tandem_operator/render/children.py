@@ -11,6 +11,8 @@ Object tree (all names derived from the cluster name ``C``)::
     ├── ConfigMap C-config          frontend.json, prefill.json, decode.json
     ├── Secret C-credentials        the cluster's CA bundle + member certificate
     │                               (applied by the controller: credentials.py)
+    ├── Secret C-mpi-ssh            pools launching an MPI world only: the SSH keys
+    │                               (applied by the controller: mpi_keys.py)
     ├── NetworkPolicy C-workers     workers accept only the cluster's own pods
     ├── NetworkPolicy C-frontend    API port from anywhere, metrics port from the operator
     ├── ComputeDomain C-nvlink      GB200 only: IMEX channel for whole-tray workers
@@ -41,6 +43,7 @@ from tandem_operator.render.contract import (
     render_worker_config,
 )
 from tandem_operator.render.credentials import CredentialState, render_credentials_secret
+from tandem_operator.render.mpi_keys import MpiKeyState, render_mpi_keys_secret
 from tandem_operator.render.multinode import (
     SUBDOMAIN_POLICY,
     launches_mpi_world,
@@ -265,11 +268,23 @@ def render_credentials(cr: InferenceCluster, state: CredentialState) -> Manifest
     return render_credentials_secret(meta, state)
 
 
+def render_mpi_keys(cr: InferenceCluster, state: MpiKeyState) -> Manifest:
+    """The cluster's MPI SSH key Secret holding ``state`` (see ``mpi_keys.py``)."""
+    cluster = cr.metadata.name
+    meta = _meta(
+        cr,
+        names.mpi_ssh_secret_name(cluster),
+        names.cluster_labels(cluster),
+        _cluster_owner(cr),
+    )
+    return render_mpi_keys_secret(meta, state)
+
+
 def render_cluster_children(
     cr: InferenceCluster, settings: RenderSettings, *, include_pool_replicas: bool
 ) -> list[Manifest]:
-    """Everything owned directly by the InferenceCluster (but its credentials Secret,
-    which depends on what the live one holds: see ``credentials.py``)."""
+    """Everything owned directly by the InferenceCluster (but its Secrets, which depend on
+    what the live ones hold: see ``credentials.py`` and ``mpi_keys.py``)."""
     return [
         render_config_map(cr),
         render_network_policy(cr, settings),

@@ -13,10 +13,9 @@ other ranks. So in each group:
 * each **follower** pod runs ``python -m tandem.worker.mpi_launch follower`` — an SSH
   daemon mpirun starts its ranks through; ready when SSH listens.
 
-mpirun authenticates with a key pair the cluster owner creates once per InferenceCluster
-(Secret ``<cluster>-mpi-ssh`` with ``id_ed25519`` and ``id_ed25519.pub``; the operator only
-names it as a pod volume and never reads it: the Secrets it writes are each cluster's mTLS
-credentials, docs/operator.md's RBAC table). Followers find each other through the LeaderWorkerSet's
+mpirun logs in with the key pair of the Secret ``<cluster>-mpi-ssh``, which the operator
+generates and rotates (``mpi_keys.py``): leaders mount its private key only, followers
+its ``authorized_keys`` only. Followers find each other through the LeaderWorkerSet's
 per-group headless Service (``UniquePerReplica`` subdomains), which publishes pods before
 they are ready; the pool's own Service keeps routing to ready leaders only.
 """
@@ -27,6 +26,8 @@ import copy
 from typing import Any
 
 from tandem.api.v1alpha1 import EngineKind, InferenceCluster, PoolRole
+from tandem.worker.mpi_launch import AUTHORIZED_KEYS, PRIVATE_KEY
+from tandem_operator import names
 from tandem_operator.render.contract import pool_spec, worker_command
 from tandem_operator.render.profiles import get_profile, gpus_per_worker
 
@@ -37,10 +38,6 @@ SSH_KEYS_MOUNT = "/etc/tandem/ssh"
 SSH_VOLUME = "mpi-ssh"
 LAUNCH_MODULE = "tandem.worker.mpi_launch"
 SUBDOMAIN_POLICY = "UniquePerReplica"
-
-
-def mpi_ssh_secret_name(cluster: str) -> str:
-    return f"{cluster}-mpi-ssh"
 
 
 def launches_mpi_world(cr: InferenceCluster, role: PoolRole) -> bool:
@@ -55,7 +52,7 @@ def render_group_templates(
     """(leader, follower) pod templates derived from the pool's worker ``template``."""
     pool = pool_spec(cr, role)
     gpus = gpus_per_worker(get_profile(cr.spec.accelerator.profile), pool)
-    secret = mpi_ssh_secret_name(cr.metadata.name)
+    secret = names.mpi_ssh_secret_name(cr.metadata.name)
 
     leader = copy.deepcopy(template)
     container = leader["spec"]["containers"][0]
@@ -73,7 +70,7 @@ def render_group_templates(
         "--",
         *worker_command(role),
     ]
-    _mount_keys(leader, secret)
+    _mount_keys(leader, secret, PRIVATE_KEY)
 
     follower = copy.deepcopy(template)
     container = follower["spec"]["containers"][0]
@@ -95,16 +92,20 @@ def render_group_templates(
         "periodSeconds": 10,
         "failureThreshold": 3,
     }
-    _mount_keys(follower, secret)
+    _mount_keys(follower, secret, AUTHORIZED_KEYS)
     return leader, follower
 
 
-def _mount_keys(template: Manifest, secret: str) -> None:
+def _mount_keys(template: Manifest, secret: str, item: str) -> None:
+    """Mount the one ``item`` of the key Secret the pod's part needs (a volume, not a
+    subPath: Kubernetes updates it in place during a rotation)."""
     spec = template["spec"]
-    spec["volumes"] = [
-        *spec.get("volumes", []),
-        {"name": SSH_VOLUME, "secret": {"secretName": secret, "defaultMode": 0o400}},
-    ]
+    volume = {
+        "secretName": secret,
+        "items": [{"key": item, "path": item}],
+        "defaultMode": 0o400,
+    }
+    spec["volumes"] = [*spec.get("volumes", []), {"name": SSH_VOLUME, "secret": volume}]
     container = spec["containers"][0]
     container["volumeMounts"] = [
         *container.get("volumeMounts", []),

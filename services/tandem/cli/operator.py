@@ -338,8 +338,8 @@ def register(subparsers: Any) -> None:
         "--credential-propagation-seconds",
         type=float,
         default=150.0,
-        help="how long each phase of a credentials rotation waits for every pod's mounted "
-        "Secret to update (kubelet sync period plus cache TTL, with room to spare)",
+        help="how long each phase of a credentials or MPI SSH key rotation waits for every "
+        "pod's mounted Secret to update (kubelet sync period plus cache TTL, with room to spare)",
     )
     run.add_argument(
         "--plan-timeout-seconds",

@@ -9,11 +9,14 @@ trtllm-serve examples launch it the same way, with ``mpirun -H host:slots``).
 
 The operator renders a LeaderWorkerSet whose pods run this module:
 
-* ``follower`` (worker pods): an SSH daemon for mpirun to start ranks through, keys from
-  the ``<cluster>-mpi-ssh`` Secret;
+* ``follower`` (worker pods): an SSH daemon for mpirun to start ranks through, accepting
+  the public keys of the mounted ``authorized_keys`` (from the ``<cluster>-mpi-ssh`` Secret
+  the operator generates and rotates); sshd reads that file at every login, so a rotation
+  reaches a running follower with no restart;
 * ``leader`` (the group's leader pod): waits until every follower resolves, then execs
   ``mpirun`` with one slot per GPU on each node and the worker command behind
-  ``trtllm-llmapi-launch``.
+  ``trtllm-llmapi-launch``, logging in with the mounted private key ``id_ed25519`` as it
+  is when mpirun starts.
 
 Host names follow the LeaderWorkerSet ``UniquePerReplica`` subdomain policy: the leader is
 ``LWS_LEADER_ADDRESS`` = ``<lws>-<group>.<lws>.<namespace>`` and follower ``i`` is
@@ -35,7 +38,9 @@ from pathlib import Path
 
 DEFAULT_SSH_PORT = 2222
 DEFAULT_KEYS_DIR = "/etc/tandem/ssh"
+# The files of the mounted key Secret: the leader's private key, the followers' accepted keys.
 PRIVATE_KEY = "id_ed25519"
+AUTHORIZED_KEYS = "authorized_keys"
 # Environment every rank needs (the transport and NCCL settings the operator rendered).
 FORWARDED_PREFIXES = ("UCX_", "NCCL_", "TLLM_", "TRTLLM_", "NIXL_", "CUDA_", "HF_")
 FORWARDED_NAMES = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "HOME")
@@ -87,14 +92,15 @@ def build_mpirun_argv(
     return [*argv, LAUNCHER, *command]
 
 
-def render_sshd_config(port: int, home: Path) -> str:
+def render_sshd_config(port: int, home: Path, keys_dir: Path) -> str:
     ssh = home / ".ssh"
     return "\n".join(
         [
             f"Port {port}",
             f"HostKey {ssh / 'host_ed25519_key'}",
             f"PidFile {ssh / 'sshd.pid'}",
-            f"AuthorizedKeysFile {ssh / 'authorized_keys'}",
+            # The mounted file itself, not a copy: Kubernetes updates it during a rotation.
+            f"AuthorizedKeysFile {keys_dir / AUTHORIZED_KEYS}",
             "PasswordAuthentication no",
             "PubkeyAuthentication yes",
             "PermitRootLogin prohibit-password",
@@ -105,14 +111,13 @@ def render_sshd_config(port: int, home: Path) -> str:
     )
 
 
-def _install_keys(keys_dir: Path, home: Path) -> Path:
+def _install_identity(keys_dir: Path, home: Path) -> Path:
+    """A private copy of the mounted key (ssh refuses a key others may read)."""
     ssh = home / ".ssh"
     ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
     identity = ssh / PRIVATE_KEY
     shutil.copyfile(keys_dir / PRIVATE_KEY, identity)
     identity.chmod(0o600)
-    shutil.copyfile(keys_dir / f"{PRIVATE_KEY}.pub", ssh / "authorized_keys")
-    (ssh / "authorized_keys").chmod(0o600)
     return identity
 
 
@@ -131,7 +136,7 @@ def _wait_resolvable(hosts: Sequence[str], timeout_s: float) -> None:
 
 def run_leader(args: argparse.Namespace, environ: Mapping[str, str]) -> None:
     hosts = compute_group_hosts(environ["LWS_LEADER_ADDRESS"], int(environ["LWS_GROUP_SIZE"]))
-    identity = _install_keys(Path(args.keys), Path(environ.get("HOME", "/root")))
+    identity = _install_identity(Path(args.keys), Path(environ.get("HOME", "/root")))
     _wait_resolvable(hosts[1:], args.dns_timeout_s)
     command = list(args.command)
     if command[:1] == ["--"]:
@@ -150,8 +155,8 @@ def run_leader(args: argparse.Namespace, environ: Mapping[str, str]) -> None:
 
 def run_follower(args: argparse.Namespace, environ: Mapping[str, str]) -> None:
     home = Path(environ.get("HOME", "/root"))
-    _install_keys(Path(args.keys), home)
     ssh = home / ".ssh"
+    ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
     host_key = ssh / "host_ed25519_key"
     if not host_key.exists():
         subprocess.run(
@@ -160,7 +165,7 @@ def run_follower(args: argparse.Namespace, environ: Mapping[str, str]) -> None:
             timeout=60,
         )
     config = ssh / "sshd_config"
-    config.write_text(render_sshd_config(args.ssh_port, home))
+    config.write_text(render_sshd_config(args.ssh_port, home, Path(args.keys)))
     os.execvp("/usr/sbin/sshd", ["/usr/sbin/sshd", "-D", "-e", "-f", str(config)])
 
 

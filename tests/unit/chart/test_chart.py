@@ -126,9 +126,10 @@ def test_rbac_is_least_privilege() -> None:
     # Pods are patched only for the autoscaler's pod-deletion-cost annotation.
     assert verbs[("", "pods")] == {"list", "watch", "patch"}
     assert verbs[("tandem.dev", "workerpools/scale")] == {"patch"}
-    # Secrets: each cluster's credentials, made and rotated by the operator; never
-    # deleted (garbage collection follows the owner), never read by name elsewhere.
-    assert verbs[("", "secrets")] == {"list", "watch", "create", "patch"}
+    # Secrets: each cluster's credentials and MPI SSH keys, made and rotated by the
+    # operator; never deleted (garbage collection follows the owner); read by name only
+    # to adopt a hand-made MPI key Secret (list reads every Secret already).
+    assert verbs[("", "secrets")] == {"get", "list", "watch", "create", "patch"}
     assert verbs[("networking.k8s.io", "networkpolicies")] == {"list", "watch", "create", "patch"}
     # Profiling Jobs: never read by name (an informer caches them), never updated.
     assert verbs[("batch", "jobs")] == {"list", "watch", "create", "patch", "delete"}
@@ -212,7 +213,7 @@ def test_watched_namespaces_get_roles_and_the_cluster_role_keeps_only_nodes() ->
     assert bindings == {"serving", "batch"}
     for role in roles.values():
         secrets = [r for r in role["rules"] if "secrets" in r["resources"]]
-        assert secrets and secrets[0]["verbs"] == ["list", "watch", "create", "patch"]
+        assert secrets and secrets[0]["verbs"] == ["get", "list", "watch", "create", "patch"]
     # Every namespace: the same rules, cluster-wide, and no Roles.
     everywhere = render()
     rules = by_kind(everywhere)["ClusterRole"]["rules"]

@@ -23,7 +23,7 @@ from tandem_operator.render.children import (
     render_pool_children,
 )
 from tandem_operator.render.model_source import ModelSourceError, render_model_mount
-from tandem_operator.render.multinode import SSH_PORT, mpi_ssh_secret_name
+from tandem_operator.render.multinode import SSH_PORT
 from tandem_operator.render.placement import channel_template_name, compute_domain_name
 from tandem_operator.render.pods import RenderSettings
 from tandem_operator.render.profiles import HardwareOptions
@@ -247,9 +247,16 @@ def test_multi_node_leader_launches_one_mpi_world_and_followers_serve_ssh() -> N
         "failureThreshold": 3,
     }
     assert follower["ports"] == [{"name": "ssh", "containerPort": SSH_PORT, "protocol": "TCP"}]
-    for template in (group["leaderTemplate"], group["workerTemplate"]):
+    # The leader gets the private key only, followers the keys they accept only.
+    for template, item in (
+        (group["leaderTemplate"], "id_ed25519"),
+        (group["workerTemplate"], "authorized_keys"),
+    ):
         volumes = {v["name"]: v for v in template["spec"]["volumes"]}
-        assert volumes["mpi-ssh"]["secret"]["secretName"] == mpi_ssh_secret_name("gpt-oss-120b")
+        assert volumes["mpi-ssh"]["secret"]["secretName"] == names.mpi_ssh_secret_name(
+            "gpt-oss-120b"
+        )
+        assert volumes["mpi-ssh"]["secret"]["items"] == [{"key": item, "path": item}]
         # Every member of a TP group spanning trays needs the IMEX channel.
         assert template["spec"]["resourceClaims"][0]["name"] == "compute-domain-channel"
         assert template["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"

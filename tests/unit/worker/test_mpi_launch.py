@@ -61,7 +61,8 @@ def test_only_the_fabric_and_runtime_environment_is_forwarded() -> None:
 
 
 def test_sshd_accepts_keys_only_on_the_given_port(tmp_path: Path) -> None:
-    config = render_sshd_config(2222, tmp_path)
+    config = render_sshd_config(2222, tmp_path, Path("/etc/tandem/ssh"))
     assert "Port 2222" in config
     assert "PasswordAuthentication no" in config
-    assert f"AuthorizedKeysFile {tmp_path / '.ssh' / 'authorized_keys'}" in config
+    # The mounted file itself, which a key rotation updates in place.
+    assert "AuthorizedKeysFile /etc/tandem/ssh/authorized_keys" in config
