@@ -258,26 +258,19 @@ def render_frontend_policy(cr: InferenceCluster, settings: RenderSettings) -> Ma
 
 def render_credentials(cr: InferenceCluster, state: CredentialState) -> Manifest:
     """The cluster's credentials Secret holding ``state`` (see ``credentials.py``)."""
-    cluster = cr.metadata.name
-    meta = _meta(
-        cr,
-        names.credentials_secret_name(cluster),
-        names.cluster_labels(cluster),
-        _cluster_owner(cr),
-    )
-    return render_credentials_secret(meta, state)
+    name = names.credentials_secret_name(cr.metadata.name)
+    return render_credentials_secret(_cluster_secret_meta(cr, name), state)
 
 
 def render_mpi_keys(cr: InferenceCluster, state: MpiKeyState) -> Manifest:
     """The cluster's MPI SSH key Secret holding ``state`` (see ``mpi_keys.py``)."""
-    cluster = cr.metadata.name
-    meta = _meta(
-        cr,
-        names.mpi_ssh_secret_name(cluster),
-        names.cluster_labels(cluster),
-        _cluster_owner(cr),
-    )
-    return render_mpi_keys_secret(meta, state)
+    name = names.mpi_ssh_secret_name(cr.metadata.name)
+    return render_mpi_keys_secret(_cluster_secret_meta(cr, name), state)
+
+
+def _cluster_secret_meta(cr: InferenceCluster, name: str) -> Manifest:
+    """The metadata of a Secret the cluster owns (its labels, owned by the cluster)."""
+    return _meta(cr, name, names.cluster_labels(cr.metadata.name), _cluster_owner(cr))
 
 
 def render_cluster_children(
