@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from tandem.security.identity import Identity
 from tandem.security.pki import Issued, join_pem, not_after
@@ -139,7 +139,6 @@ def plan_credentials(
         member = Member.of(issue())
         fresh = CredentialState(Phase.STABLE, now, requested, member.ca, member)
         return CredentialPlan(fresh, None)
-    waited = now - state.since
     if state.phase is Phase.STABLE:
         current = requested == state.rotation and now < state.expires - RENEW_BEFORE
         if current and state.current.has_roles:
@@ -150,13 +149,43 @@ def plan_credentials(
             Phase.TRUSTING, now, requested, join_pem(state.trust, new.ca), state.current, new
         )
         return CredentialPlan(trusting, propagation.total_seconds(), started_rotation=True)
+    return CredentialPlan(*advance_rotation(state, now, propagation, lambda s: s.current.ca))
+
+
+class RotationState(Protocol):
+    """What :func:`advance_rotation` reads of a rotating Secret's state (a dataclass)."""
+
+    @property
+    def phase(self) -> Phase: ...
+    @property
+    def since(self) -> datetime: ...
+    @property
+    def next(self) -> object | None: ...
+
+
+S = TypeVar("S", bound=RotationState)
+
+
+def advance_rotation(
+    state: S, now: datetime, propagation: timedelta, stable_trust: Callable[[S], bytes]
+) -> tuple[S, float | None]:
+    """A rotation under way (``Trusting`` or ``Switching``), moved on: each phase held
+    ``propagation``, then ``Trusting`` presents the next (``current`` becomes ``next``)
+    and ``Switching`` trusts only what ``stable_trust`` says of the state. With when to
+    look again (None once ``Stable``). Shared by the credentials and the MPI SSH keys
+    (``mpi_keys.py``), whose phases are these."""
+    waited = now - state.since
     if waited < propagation:
-        return CredentialPlan(state, (propagation - waited).total_seconds())
+        return state, (propagation - waited).total_seconds()
+    # ``replace`` takes dataclasses, which a Protocol cannot say: both states are.
     if state.phase is Phase.TRUSTING and state.next is not None:
-        switching = replace(state, phase=Phase.SWITCHING, since=now, current=state.next, next=None)
-        return CredentialPlan(switching, propagation.total_seconds())
-    stable = replace(state, phase=Phase.STABLE, since=now, trust=state.current.ca, next=None)
-    return CredentialPlan(stable, None)
+        switching = replace(  # type: ignore[type-var]
+            state, phase=Phase.SWITCHING, since=now, current=state.next, next=None
+        )
+        return switching, propagation.total_seconds()
+    trust = stable_trust(state)
+    stable = replace(state, phase=Phase.STABLE, since=now, trust=trust, next=None)  # type: ignore[type-var]
+    return stable, None
 
 
 # ------------------------------------------------------------------------ the Secret

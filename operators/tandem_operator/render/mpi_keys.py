@@ -49,7 +49,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -58,7 +58,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tandem.worker.mpi_launch import AUTHORIZED_KEYS, PRIVATE_KEY
 from tandem_operator import names
-from tandem_operator.render.credentials import DEFAULT_PROPAGATION, Phase
+from tandem_operator.render.credentials import DEFAULT_PROPAGATION, Phase, advance_rotation
 
 Manifest = dict[str, Any]
 PUBLIC_KEY = f"{PRIVATE_KEY}.pub"
@@ -124,7 +124,6 @@ def plan_mpi_keys(
     if state is None:
         pair = new_pair()
         return MpiKeyPlan(MpiKeyState(Phase.STABLE, now, requested, authorized(pair), pair), None)
-    waited = now - state.since
     if state.phase is Phase.STABLE:
         if requested == state.rotation:
             return MpiKeyPlan(state, None)
@@ -133,15 +132,7 @@ def plan_mpi_keys(
             Phase.TRUSTING, now, requested, authorized(state.current, pair), state.current, pair
         )
         return MpiKeyPlan(trusting, propagation.total_seconds())
-    if waited < propagation:
-        return MpiKeyPlan(state, (propagation - waited).total_seconds())
-    if state.phase is Phase.TRUSTING and state.next is not None:
-        switching = replace(state, phase=Phase.SWITCHING, since=now, current=state.next, next=None)
-        return MpiKeyPlan(switching, propagation.total_seconds())
-    stable = replace(
-        state, phase=Phase.STABLE, since=now, trust=authorized(state.current), next=None
-    )
-    return MpiKeyPlan(stable, None)
+    return MpiKeyPlan(*advance_rotation(state, now, propagation, lambda s: authorized(s.current)))
 
 
 # ------------------------------------------------------------------------ the Secret
