@@ -253,6 +253,14 @@ async def _client(endpoint: str, key: str, connections: int) -> AsyncIterator[op
         )
 
 
+def _shape(deadline_s: float, max_requests: int, prompts: Prompts) -> LoadShape:
+    """Every tenant's requests: ``ISL``-token prompts, ``OSL``-token streamed answers."""
+    return LoadShape(
+        max_tokens=OSL, deadline_s=deadline_s, max_requests=max_requests, stream_every=1,
+        prompt=prompts,
+    )  # fmt: skip
+
+
 async def _closed_loop(
     client: openai.AsyncOpenAI, shape: LoadShape, first: int, seconds: float
 ) -> float:
@@ -371,15 +379,10 @@ async def _measure_row(
     phases: Phases,
     seed: int,
 ) -> RowResult:
-    light_shape = LoadShape(
-        max_tokens=OSL, deadline_s=LIGHT_DEADLINE_S, max_requests=phases.max_requests,
-        stream_every=1, prompt=prompts,
-    )  # fmt: skip
+    light_shape = _shape(LIGHT_DEADLINE_S, phases.max_requests, prompts)
     # The heavy tenant's requests end with the phase (cancelled), whatever their deadline.
-    heavy_shape = LoadShape(
-        max_tokens=OSL, deadline_s=phases.heavy_lead_s + phases.light_max_s + LIGHT_DEADLINE_S,
-        max_requests=phases.max_requests, stream_every=1, prompt=prompts,
-    )  # fmt: skip
+    heavy_deadline_s = phases.heavy_lead_s + phases.light_max_s + LIGHT_DEADLINE_S
+    heavy_shape = _shape(heavy_deadline_s, phases.max_requests, prompts)
     # Distinct indices, so no prompt repeats (the head carries the index).
     base = seed * 10_000_000
     async with (
@@ -489,10 +492,7 @@ async def _heavy_open_loop(
     ready: multiprocessing.synchronize.Event,
     stop: multiprocessing.synchronize.Event,
 ) -> Offered:
-    shape = LoadShape(
-        max_tokens=OSL, deadline_s=load.deadline_s, max_requests=load.max_requests,
-        stream_every=1, prompt=prompts,
-    )  # fmt: skip
+    shape = _shape(load.deadline_s, load.max_requests, prompts)
     stopped = asyncio.Event()
 
     async def watch() -> None:
