@@ -69,7 +69,9 @@ def namespace(k8s_cluster: DevCluster) -> Iterator[str]:
     k8s_cluster.kubectl("create", "namespace", name)
     k8s_cluster.kubectl("wait", "--for=create", "serviceaccount/default", "-n", name)
     yield name
-    k8s_cluster.kubectl("delete", "namespace", name, "--wait=false")
+    # Wait, while the operators still run to drop their finalizers: the GPU tests after
+    # this module need the GPUs this one's pods hold.
+    k8s_cluster.kubectl("delete", "namespace", name, "--wait=true", timeout_s=180)
 
 
 def report(result: faults.ControlFaultResult) -> None:

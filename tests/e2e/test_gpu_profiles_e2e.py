@@ -40,7 +40,7 @@ import pytest
 import yaml
 
 from tandem.devcluster import DevCluster
-from tandem.devcluster.probes import wait_until
+from tandem.devcluster.probes import ProbeTimeoutError, wait_until
 from tandem_dev.harness import (
     OperatorProcess,
     chart_operator_args,
@@ -201,7 +201,35 @@ def apply_example(cluster: Any, example: str, namespace: str, **spec: Any) -> st
 
 
 def wait_ready(cluster: Any, namespace: str, name: str) -> None:
-    eventually(lambda: cluster.is_ready(namespace, name), f"{namespace}/{name} Ready")
+    try:
+        eventually(lambda: cluster.is_ready(namespace, name), f"{namespace}/{name} Ready")
+    except ProbeTimeoutError as exc:
+        raise ProbeTimeoutError(f"{exc}: {where_it_stands(cluster, namespace, name)}") from None
+
+
+def where_it_stands(cluster: Any, namespace: str, name: str) -> str:
+    """What a timed-out wait saw last: the conditions, each pod's phase and node (or why it
+    is unscheduled), and the GPU nodes that are not Ready or carry taints."""
+    status = cluster.ic(namespace, name).get("status") or {}
+    conditions = [
+        f"{c['type']}={c['status']} {c.get('reason', '')}: {c.get('message', '')}"
+        for c in status.get("conditions") or ()
+    ]
+    pods = []
+    for pod in cluster.items("pods", "-n", namespace):
+        unscheduled = [
+            c.get("message", "") for c in pod["status"].get("conditions") or ()
+            if c["type"] == "PodScheduled" and c["status"] != "True"
+        ]  # fmt: skip
+        where = pod["spec"].get("nodeName") or f"unscheduled ({'; '.join(unscheduled)})"
+        pods.append(f"{pod['metadata']['name']} {pod['status'].get('phase')} on {where}")
+    nodes = []
+    for node in cluster.items("nodes", "-l", "nvidia.com/gpu.product"):
+        ready = cluster.condition(node, "Ready").get("status")
+        taints = [t["key"] for t in node["spec"].get("taints") or ()]
+        if ready != "True" or taints:
+            nodes.append(f"{node['metadata']['name']} Ready={ready} taints={taints}")
+    return f"conditions {conditions}; pods {pods}; GPU nodes not clear {nodes}"
 
 
 def worker_pods(cluster: Any, namespace: str, name: str) -> list[Json]:

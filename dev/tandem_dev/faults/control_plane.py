@@ -204,6 +204,14 @@ def _where_it_stands(c: Cluster, name: str, seen_not_ready: list[float]) -> str:
     return f"{_felt(seen_not_ready)}; conditions {conditions}; pods {pods}"
 
 
+def _recovered(dev: DevCluster, node: str) -> bool:
+    """Ready, and the node lifecycle controller's not-ready/unreachable taints are gone."""
+    obj = json.loads(dev.kubectl("get", "node", node, "-o", "json").stdout)
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in obj["status"]["conditions"])
+    taints = {t["key"] for t in obj["spec"].get("taints") or ()}
+    return ready and not taints & {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+
+
 def _felt(seen_not_ready: list[float]) -> str:
     if seen_not_ready:
         return f"status left Ready after {seen_not_ready[0]:.0f} s"
@@ -241,6 +249,8 @@ def gpu_node_not_ready(dev: DevCluster, namespace: str) -> ControlFaultResult:
         raise ProbeTimeoutError(f"{exc}: {_where_it_stands(c, name, seen_not_ready)}") from None
     finally:
         dev.kubectl("label", "node", node, f"{NOT_READY_LABEL}-")
+        # The next test may need this node's GPUs: leave it Ready and untainted.
+        wait_until(lambda: _recovered(dev, node), timeout_s=60, what=f"{node} Ready again")
     took = time.monotonic() - started
     nodes = sorted({p["spec"]["nodeName"] for p in c.children(name, "pods")})
     return ControlFaultResult(
