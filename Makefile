@@ -69,14 +69,20 @@ host-packages:
 	scripts/install-host-packages.sh
 
 # The README's test command: lint, then every tier (unit, integration, e2e on the real
-# control plane built from Go modules). The 25 slowest tests are listed at the end: the
-# whole run must stay under 45 minutes from a cold clone.
+# control plane built from Go modules) in two pytest processes (tests/conftest.py,
+# --tier). The unit tests and the tests marked `parallel` (nothing timed on the wall clock;
+# the simulated control plane's tests go to one worker and share it) run on one
+# pytest-xdist worker per core; the rest (real processes on real clocks, the real node)
+# run alone on the machine. The 25 slowest of those are listed at the end: the whole run
+# must stay under 45 minutes from a cold clone.
+PROGRESS := $(CURDIR)/build/pytest-current
 test: $(STAMP) cluster-build promtool-build jaeger-build lws-build host-packages images
 	$(MAKE) lint
 	@mkdir -p build
-	TANDEM_TEST_PROGRESS=$(CURDIR)/build/pytest-current $(BIN)/pytest -q --durations=25 $(PYTEST_ARGS) || { \
-		status=$$?; echo "pytest exited with $$status; the last test it started:" \
-		"$$(cat build/pytest-current)"; exit $$status; }
+	$(BIN)/pytest -q --tier=parallel -n auto --dist=loadgroup --durations=10 $(PYTEST_ARGS)
+	TANDEM_TEST_PROGRESS=$(PROGRESS) $(BIN)/pytest -q --tier=serial --durations=25 \
+		$(PYTEST_ARGS) || { status=$$?; echo "pytest exited with $$status; the last" \
+		"test it started: $$(cat $(PROGRESS))"; exit $$status; }
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)

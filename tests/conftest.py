@@ -20,6 +20,39 @@ from tandem.tokenization.o200k import CACHE_ENV
 DEVELOPMENT_FOLDERS = frozenset({"bench", "faults", "doubles", "tools", "docgen", "autoscale_sim"})
 
 
+# ``--tier``: ``make test`` runs the suite in two pytest processes. ``parallel`` holds the
+# unit tests and the tests marked ``parallel``, run by pytest-xdist beside each other:
+# what they assert holds however slow the machine (answers, counts, objects; generous
+# waits), and they do not use the real node. ``serial`` holds the rest (autoscaling,
+# soaks, rollouts under load: real clocks), run alone on the machine. The tests on the
+# simulated control plane share one worker, and so one control plane (``xdist_group``).
+TIERS = ("parallel", "serial")
+CONTROL_PLANE_FIXTURES = frozenset({"k8s_cluster", "e2e_cluster"})
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--tier", choices=TIERS, help="run one of make test's two tiers only")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tier = config.getoption("--tier")
+    if tier is None:
+        return
+    unit = Path(__file__).parent / "unit"
+    keep, drop = [], []
+    for item in items:
+        parallel = item.path.is_relative_to(unit) or item.get_closest_marker("parallel")
+        if parallel and "real_node_cluster" in getattr(item, "fixturenames", ()):
+            raise pytest.UsageError(f"{item.nodeid} needs the real node: it cannot be parallel")
+        if parallel and CONTROL_PLANE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("control-plane"))
+        (keep if bool(parallel) == (tier == "parallel") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
     progress = os.environ.get("TANDEM_TEST_PROGRESS")
     if progress:

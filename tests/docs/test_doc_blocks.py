@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.parallel
+
 
 def test_every_runnable_block_is_run_or_marked(docs: Any) -> None:
     problems = [

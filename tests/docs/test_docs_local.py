@@ -31,11 +31,13 @@ def test_readme_quickstart(docs: Any, doc_shell: Any) -> None:
     assert re.search(r"reference-autoscaling", run.output), run.output[-3000:]
 
 
+@pytest.mark.parallel  # no clock in it: beside other tests
 def test_gpu_deployment_plan(docs: Any, doc_shell: Any) -> None:
     run = doc_shell.run(docs.sequence("docs/gpu-deployment.md", "plan"), timeout_s=300)
     assert run.mismatches == [], "\n".join(run.mismatches)
 
 
+@pytest.mark.parallel  # no clock in it: beside other tests
 def test_monitoring_rules(docs: Any, doc_shell: Any) -> None:
     # Builds promtool if `make test` has not yet (about 9 minutes cold on two busy cores).
     run = doc_shell.run(docs.sequence("docs/monitoring.md", "rules"), timeout_s=900)

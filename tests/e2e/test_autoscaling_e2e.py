@@ -33,7 +33,7 @@ from tandem.devcluster.probes import ProbeTimeoutError, wait_until
 from tandem.runtime.state import Phase, cluster_dir, read_state
 from tandem_dev.harness import OperatorProcess, write_token_kubeconfig
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.parallel]
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "tandem"

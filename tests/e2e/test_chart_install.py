@@ -11,7 +11,7 @@ import pytest
 from tandem.devcluster import DevCluster
 from tandem.devcluster.probes import wait_until
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.parallel]
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "tandem"
 RELEASE = "chart-e2e"

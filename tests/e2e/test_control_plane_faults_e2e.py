@@ -20,7 +20,7 @@ from tandem.devcluster.probes import wait_until
 from tandem_dev.faults import control_plane as faults
 from tandem_dev.harness import OperatorProcess, write_token_kubeconfig
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.parallel]
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "tandem"
 RELEASE, SYSTEM_NS, SERVICE_ACCOUNT = "tandem", "tandem-system", "tandem"

@@ -29,7 +29,7 @@ from tandem.cli.crds_apply import FIELD_MANAGER, apply_crds
 from tandem.cli.kube import api_client
 from tandem.devcluster import DevCluster
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.parallel]
 
 REPO = Path(__file__).resolve().parents[2]
 TANDEM = Path(sys.executable).parent / "tandem"

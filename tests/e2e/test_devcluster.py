@@ -21,7 +21,7 @@ from tandem.devcluster.binaries import ClusterBinaries
 from tandem.devcluster.components import NOT_READY_LABEL, NOT_READY_VALUE
 from tandem.devcluster.probes import wait_until
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.parallel]
 
 IMAGE = "registry.k8s.io/pause:3.10"  # never pulled: kwok runs no containers
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

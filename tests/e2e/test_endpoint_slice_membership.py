@@ -26,7 +26,7 @@ from tandem.router.policy import WorkerRole
 from tandem_dev.harness import write_token_kubeconfig
 from tandem_operator.render.access import render_frontend_access
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.parallel]
 
 SERVICE = "pool"
 FRONTEND = "pool-frontend"

@@ -18,7 +18,7 @@ import pytest
 
 from tandem.devcluster import DevCluster
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.parallel]
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS_DIR = REPO / "tests" / "data" / "invalid-inferenceclusters"

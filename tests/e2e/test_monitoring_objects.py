@@ -17,6 +17,7 @@ CRDS = REPO / "tests" / "monitoring" / "bin" / "crds"
 
 pytestmark = [
     pytest.mark.k8s,
+    pytest.mark.parallel,
     pytest.mark.skipif(
         not CRDS.exists(), reason="CRDs not copied (tests/monitoring/build-promtool.sh)"
     ),

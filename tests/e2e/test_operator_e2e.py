@@ -28,7 +28,7 @@ from tandem_dev.harness import (
     write_token_kubeconfig,
 )
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.parallel]
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "tandem"

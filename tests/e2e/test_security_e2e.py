@@ -41,7 +41,7 @@ from tandem_operator.render.children import (
 )
 from tandem_operator.render.pods import RenderSettings
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.parallel]
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "tandem"

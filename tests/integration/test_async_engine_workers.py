@@ -24,7 +24,7 @@ from tandem.worker.client import WorkerClient
 from tandem.worker.types import PrefillReply
 from tandem_operator.render.contract import dump_config, render_worker_config
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.parallel]
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKES = ROOT / "tests" / "fakes"

@@ -16,7 +16,7 @@ import yaml
 from tandem.tokenization import ChatMessage
 from tandem.tokenization.harmony import HarmonyTokenizer, load_harmony_tokenizer
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.parallel]
 
 EXAMPLE = Path(__file__).parents[2] / "manifests" / "examples" / "reference-gpt-oss-cpu.yaml"
 MODEL = "gpt-oss-tiny"

@@ -25,7 +25,7 @@ import openai
 import pytest
 import yaml
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.parallel]
 
 EXAMPLE = Path(__file__).parents[2] / "manifests" / "examples" / "reference-cpu.yaml"
 BLOCK = 16  # SmolLM2's KV block size in the reference engine (its default)

@@ -19,7 +19,7 @@ import pytest
 from tandem.engines.base import KvRange
 from tandem.kv import KvTransferError, KvTransport, PeerInfo, make_transport, nixl_available
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.parallel]
 
 # Keep UCX (NIXL) on the loopback interface, here and in the helper processes.
 os.environ.setdefault("UCX_NET_DEVICES", "lo")

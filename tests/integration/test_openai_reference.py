@@ -19,6 +19,7 @@ import yaml
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.parallel,
 ]
 
 EXAMPLE = Path(__file__).parents[2] / "manifests" / "examples" / "reference-cpu.yaml"

