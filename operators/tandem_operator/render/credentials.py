@@ -153,12 +153,15 @@ def plan_credentials(
 
 
 class RotationState(Protocol):
-    """What :func:`advance_rotation` reads of a rotating Secret's state (a dataclass)."""
+    """What :func:`advance_rotation` and :func:`render_rotating_secret` read of a
+    rotating Secret's state (a dataclass)."""
 
     @property
     def phase(self) -> Phase: ...
     @property
     def since(self) -> datetime: ...
+    @property
+    def rotation(self) -> str: ...
     @property
     def next(self) -> object | None: ...
 
@@ -191,6 +194,70 @@ def advance_rotation(
 # ------------------------------------------------------------------------ the Secret
 
 
+@dataclass(frozen=True, slots=True)
+class RotationAnnotations:
+    """The annotations a rotating Secret keeps its rotation's phase, the phase's start
+    and the requested rotation in (the credentials', the MPI SSH keys')."""
+
+    phase: str
+    since: str
+    rotation: str
+
+
+CREDENTIAL_ANNOTATIONS = RotationAnnotations(
+    names.ANNOTATION_CREDENTIALS_PHASE,
+    names.ANNOTATION_CREDENTIALS_SINCE,
+    names.ANNOTATION_CREDENTIALS_ROTATION,
+)
+
+
+def render_rotating_secret(
+    meta: Manifest,
+    keys: RotationAnnotations,
+    state: RotationState,
+    data: Mapping[str, bytes],
+) -> Manifest:
+    """An Opaque Secret holding ``data``, annotated with ``state``'s phase under ``keys``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            **meta,
+            "annotations": {
+                keys.phase: state.phase.value,
+                keys.since: state.since.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                keys.rotation: state.rotation,
+            },
+        },
+        "type": "Opaque",
+        "data": {k: base64.b64encode(v).decode() for k, v in sorted(data.items())},
+    }
+
+
+def read_rotating_secret(
+    secret: Manifest, keys: RotationAnnotations
+) -> tuple[Phase, datetime, str, dict[str, bytes]] | None:
+    """What :func:`render_rotating_secret` wrote: phase, its start, the rotation and the
+    decoded items; None if the annotations are missing or unreadable."""
+    annotations = secret.get("metadata", {}).get("annotations") or {}
+    try:
+        phase = Phase(annotations[keys.phase])
+        since = datetime.fromisoformat(annotations[keys.since])
+    except (KeyError, ValueError):
+        return None
+    return phase, since, annotations.get(keys.rotation, ""), decoded_data(secret)
+
+
+def decoded_data(secret: Manifest) -> dict[str, bytes]:
+    """The Secret's items, decoded (none if any is not base64)."""
+    try:
+        return {
+            k: base64.b64decode(v, validate=True) for k, v in (secret.get("data") or {}).items()
+        }
+    except (ValueError, binascii.Error):
+        return {}
+
+
 def render_credentials_secret(meta: Manifest, state: CredentialState) -> Manifest:
     """The Secret holding ``state`` (``meta``: its name, namespace, labels, owner)."""
     frontend_cert, frontend_key = state.current.frontend_pair()
@@ -213,33 +280,17 @@ def render_credentials_secret(meta: Manifest, state: CredentialState) -> Manifes
                 "next-frontend.crt": state.next.frontend_cert,
                 "next-frontend.key": state.next.frontend_key,
             }
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            **meta,
-            "annotations": {
-                names.ANNOTATION_CREDENTIALS_PHASE: state.phase.value,
-                names.ANNOTATION_CREDENTIALS_SINCE: state.since.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                names.ANNOTATION_CREDENTIALS_ROTATION: state.rotation,
-            },
-        },
-        "type": "Opaque",
-        "data": {k: base64.b64encode(v).decode() for k, v in sorted(data.items())},
-    }
+    return render_rotating_secret(meta, CREDENTIAL_ANNOTATIONS, state, data)
 
 
 def parse_credentials_secret(secret: Manifest | None) -> CredentialState | None:
     """What a Secret rendered above (or by a version before roles) holds; None if there
     is none or it is unusable."""
-    if secret is None:
+    read = None if secret is None else read_rotating_secret(secret, CREDENTIAL_ANNOTATIONS)
+    if read is None:
         return None
-    annotations = secret.get("metadata", {}).get("annotations") or {}
-    raw = secret.get("data") or {}
+    phase, since, rotation, data = read
     try:
-        data = {k: base64.b64decode(v, validate=True) for k, v in raw.items()}
-        phase = Phase(annotations[names.ANNOTATION_CREDENTIALS_PHASE])
-        since = datetime.fromisoformat(annotations[names.ANNOTATION_CREDENTIALS_SINCE])
         current = Member(
             data["member-ca.crt"],
             data["tls.crt"],
@@ -247,7 +298,7 @@ def parse_credentials_secret(secret: Manifest | None) -> CredentialState | None:
             *_frontend(data, "", data["tls.crt"]),
         )
         trust = data["ca.crt"]
-    except (KeyError, ValueError, binascii.Error):
+    except KeyError:
         return None
     nxt = None
     if {"next-ca.crt", "next.crt", "next.key"} <= data.keys():
@@ -259,7 +310,6 @@ def parse_credentials_secret(secret: Manifest | None) -> CredentialState | None:
         )
     if phase is Phase.TRUSTING and nxt is None:
         return None
-    rotation = annotations.get(names.ANNOTATION_CREDENTIALS_ROTATION, "")
     return CredentialState(phase, since, rotation, trust, current, nxt)
 
 

@@ -46,8 +46,6 @@ applies the rendered Secret.
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -58,11 +56,24 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tandem.worker.mpi_launch import AUTHORIZED_KEYS, PRIVATE_KEY
 from tandem_operator import names
-from tandem_operator.render.credentials import DEFAULT_PROPAGATION, Phase, advance_rotation
+from tandem_operator.render.credentials import (
+    DEFAULT_PROPAGATION,
+    Phase,
+    RotationAnnotations,
+    advance_rotation,
+    decoded_data,
+    read_rotating_secret,
+    render_rotating_secret,
+)
 
 Manifest = dict[str, Any]
 PUBLIC_KEY = f"{PRIVATE_KEY}.pub"
 NEXT = "next-"
+MPI_KEY_ANNOTATIONS = RotationAnnotations(
+    names.ANNOTATION_MPI_KEYS_PHASE,
+    names.ANNOTATION_MPI_KEYS_SINCE,
+    names.ANNOTATION_MPI_KEYS_ROTATION,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,41 +158,25 @@ def render_mpi_keys_secret(meta: Manifest, state: MpiKeyState) -> Manifest:
     }
     if state.next is not None:
         data |= {NEXT + PRIVATE_KEY: state.next.private, NEXT + PUBLIC_KEY: state.next.public}
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            **meta,
-            "annotations": {
-                names.ANNOTATION_MPI_KEYS_PHASE: state.phase.value,
-                names.ANNOTATION_MPI_KEYS_SINCE: state.since.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                names.ANNOTATION_MPI_KEYS_ROTATION: state.rotation,
-            },
-        },
-        "type": "Opaque",
-        "data": {k: base64.b64encode(v).decode() for k, v in sorted(data.items())},
-    }
+    return render_rotating_secret(meta, MPI_KEY_ANNOTATIONS, state, data)
 
 
 def parse_mpi_keys_secret(secret: Manifest | None) -> MpiKeyState | None:
     """What a Secret rendered above holds; None if there is none or it is unusable."""
-    if secret is None:
+    read = None if secret is None else read_rotating_secret(secret, MPI_KEY_ANNOTATIONS)
+    if read is None:
         return None
-    annotations = secret.get("metadata", {}).get("annotations") or {}
-    data = _data(secret)
+    phase, since, rotation, data = read
     try:
-        phase = Phase(annotations[names.ANNOTATION_MPI_KEYS_PHASE])
-        since = datetime.fromisoformat(annotations[names.ANNOTATION_MPI_KEYS_SINCE])
         current = KeyPair(data[PRIVATE_KEY], data[PUBLIC_KEY])
         trust = data[AUTHORIZED_KEYS]
-    except (KeyError, ValueError):
+    except KeyError:
         return None
     nxt = None
     if {NEXT + PRIVATE_KEY, NEXT + PUBLIC_KEY} <= data.keys():
         nxt = KeyPair(data[NEXT + PRIVATE_KEY], data[NEXT + PUBLIC_KEY])
     if phase is Phase.TRUSTING and nxt is None:
         return None
-    rotation = annotations.get(names.ANNOTATION_MPI_KEYS_ROTATION, "")
     return MpiKeyState(phase, since, rotation, trust, current, nxt)
 
 
@@ -192,22 +187,12 @@ def adopt_mpi_keys_secret(secret: Manifest, requested: str, now: datetime) -> Mp
     rendered = parse_mpi_keys_secret(secret)
     if rendered is not None:
         return rendered
-    data = _data(secret)
+    data = decoded_data(secret)
     # A Secret's type cannot change, and the rendered one is Opaque (as kubectl makes it).
     if secret.get("type", "Opaque") != "Opaque" or not {PRIVATE_KEY, PUBLIC_KEY} <= data.keys():
         return None
     pair = KeyPair(data[PRIVATE_KEY], data[PUBLIC_KEY])
     return MpiKeyState(Phase.STABLE, now, requested, authorized(pair), pair)
-
-
-def _data(secret: Manifest) -> dict[str, bytes]:
-    """The Secret's items, decoded (none if any is not base64)."""
-    try:
-        return {
-            k: base64.b64decode(v, validate=True) for k, v in (secret.get("data") or {}).items()
-        }
-    except (ValueError, binascii.Error):
-        return {}
 
 
 def owned_by(secret: Manifest, uid: str | None) -> bool:
