@@ -131,7 +131,7 @@ class Handoff:
                 ) from exc
             await self._wait_modelled_transfer(len(prompt), stats.seconds)
             await self._runner.call(engine.commit, request_id)
-        except BaseException:
+        except BaseException as failure:
             if quarantined:
                 # The transfer may still write into these blocks: never hand them out again.
                 logger.error(
@@ -140,7 +140,11 @@ class Handoff:
                     layout.nbytes,
                 )
                 self._on_quarantine(layout.nbytes)
-            else:
+            elif isinstance(failure, Exception):
+                # Freed before the failure is reported: whoever hears of it (the router
+                # retrying elsewhere, a Stats call) already sees the blocks back.
+                await self._runner.call(engine.release, request_id)
+            else:  # cancelled: nothing may be awaited any more
                 self._runner.call_soon(engine.release, request_id)
             raise
         self._release_remote_soon(remote, request_id)

@@ -45,6 +45,18 @@ class StepGate:
         self._opened.set()
 
 
+def slow_release(worker: RunningWorker, delay_s: float = 0.3) -> None:
+    """The worker's engine takes ``delay_s`` to free a sequence (a busy engine thread)."""
+    engine = worker.service._engine
+    release = engine.release
+
+    def slow(request_id: str) -> None:
+        time.sleep(delay_s)
+        release(request_id)
+
+    engine.release = slow  # type: ignore[method-assign]
+
+
 async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not await check():
@@ -275,6 +287,7 @@ async def test_kv_whose_lease_ran_out_before_the_claim_is_never_read(
     # Nobody claimed the KV within its lease: the prefill side freed the blocks (and may
     # have reused them), so the claim is refused and nothing is read.
     async with worker(Role.PREFILL, "p", lease_s=0.3) as prefill, worker(Role.DECODE, "d") as d:
+        slow_release(d)
         prompt = prompt_of(30)
         reply = await prefill.client.prefill("late", prompt, GREEDY)
         assert reply.kv is not None
@@ -283,7 +296,9 @@ async def test_kv_whose_lease_ran_out_before_the_claim_is_never_read(
             await collect(d.client, "late", prompt, remote_kv=reply.kv, first_token=1)
         assert info.value.grpc_status == "ABORTED"
         assert "lease ran out" in info.value.message
-        await eventually(lambda: _all_blocks_free(d.client))
+        # The blocks reserved for the pull are free by the time the failure is heard,
+        # however slow the engine thread is to release them.
+        assert await _all_blocks_free(d.client)
     registry = prefill.service.metrics.registry
     assert registry.get_sample_value("tandem_worker_kv_claims_total", {"outcome": "gone"}) == 1
 
