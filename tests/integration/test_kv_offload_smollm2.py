@@ -176,9 +176,20 @@ async def test_a_pushed_out_long_prompt_is_onboarded_not_recomputed_with_the_sam
         "disk": 0,
     }
     assert series(metrics, "tandem_worker_kv_offload_tier_disabled") == {"host": 0, "disk": 0}
+    # Timed for the router's tier weights: every tier that onboarded blocks, and the
+    # prompts computed.
+    timed = series(metrics, "tandem_worker_kv_offload_onboard_seconds_total")
+    assert {tier for tier, s in timed.items() if s > 0} == {
+        tier for tier, blocks in onboarded.items() if blocks > 0
+    }
+    found = re.search(r"^tandem_worker_prefill_seconds_total (\S+)$", metrics, re.MULTILINE)
+    assert found is not None and float(found[1]) > 0, metrics
+    per_token = {tier: timed[tier] / (BLOCK * n) for tier, n in onboarded.items() if n}
     print(
         f"\nlong prompt asked again: {recompute_s:.2f}s recomputed, {onboard_s:.2f}s with "
-        f"{int(with_tiers['offload'])} prompt tokens onboarded ({dict(onboarded)} blocks)"
+        f"{int(with_tiers['offload'])} prompt tokens onboarded ({dict(onboarded)} blocks); "
+        f"per token: computed {float(found[1]) / with_tiers['computed'] * 1e3:.2f} ms, "
+        f"onboarded {({t: round(s * 1e3, 3) for t, s in per_token.items()})} ms"
     )
 
 

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from tandem.engines.base import FinishReason, SamplingParams
-from tandem.kv.events import KvCacheEvent
+from tandem.kv.events import KvCacheEvent, Tier
 from tandem.router.policy import WorkerRole
 from tandem.router.ports import (
     DecodeChunk,
@@ -107,6 +107,9 @@ class InProcessWorker:
         self.local_prefills = 0
         self.cancelled_streams = 0
         self.active = 0
+        # What its engine measured (WorkerStats): 0.0 and none, as before any prompt.
+        self.prefill_seconds_per_token = 0.0
+        self.onboard_seconds_per_token: dict[Tier, float] = {}
         # Prompt tokens waiting for prefill, as a busy engine reports them in its stats.
         self.queued_prefill_tokens = 0
         self.closed = False
@@ -269,6 +272,8 @@ class InProcessWorker:
             kv_blocks_free=1024,
             kv_block_size=KV_BLOCK_SIZE,
             held_for_transfer=sum(1 for w in self.ledger.parked.values() if w == self.address),
+            prefill_seconds_per_token=self.prefill_seconds_per_token,
+            onboard_seconds_per_token=dict(self.onboard_seconds_per_token),
         )
 
     def publish_kv(self, events: list[KvCacheEvent]) -> None:

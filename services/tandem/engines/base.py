@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # tandem.kv imports this module
+    from tandem.kv.events import Tier
     from tandem.kv.offload.stats import OffloadStats
 
 
@@ -122,6 +123,10 @@ class EngineStats:
     prompt_tokens_cached: int = 0
     prompt_tokens_onboarded: int = 0
     prompt_tokens_computed: int = 0
+    # Since start: the time spent computing ``prompt_tokens_computed``, a step's time
+    # shared among the tokens it computed (a decode row is one token). With the offload
+    # tiers' ``onboard_seconds``, what a token in a tier saves against computing it.
+    prefill_seconds: float = 0.0
     kv_blocks_cached: int = 0  # full blocks the prefix cache names now
     offload: OffloadStats | None = None  # engines with KV offload tiers
 
@@ -130,6 +135,26 @@ class EngineStats:
         if self.kv_blocks_total == 0:
             return 0.0
         return 1.0 - self.kv_blocks_free / self.kv_blocks_total
+
+    @property
+    def prefill_seconds_per_token(self) -> float:
+        """What computing one prompt token took on average; 0.0 before any."""
+        if self.prompt_tokens_computed <= 0:
+            return 0.0
+        return self.prefill_seconds / self.prompt_tokens_computed
+
+    @property
+    def onboard_seconds_per_token(self) -> dict[Tier, float]:
+        """Per offload tier that has onboarded blocks (``kv_block_size`` tokens each),
+        what bringing back one token took on average."""
+        offload = self.offload
+        if offload is None or self.kv_block_size <= 0:
+            return {}
+        return {
+            tier: offload.onboard_seconds.get(tier, 0.0) / (blocks * self.kv_block_size)
+            for tier, blocks in offload.onboarded.items()
+            if blocks > 0
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -185,7 +185,7 @@ class StatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("queued_requests", "queued_prefill_tokens", "active_sequences", "kv_blocks_total", "kv_blocks_free", "kv_block_size", "held_for_transfer")
+    __slots__ = ("queued_requests", "queued_prefill_tokens", "active_sequences", "kv_blocks_total", "kv_blocks_free", "kv_block_size", "held_for_transfer", "prefill_seconds_per_token", "onboard_costs")
     QUEUED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     QUEUED_PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_SEQUENCES_FIELD_NUMBER: _ClassVar[int]
@@ -193,6 +193,8 @@ class StatsResponse(_message.Message):
     KV_BLOCKS_FREE_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
     HELD_FOR_TRANSFER_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_SECONDS_PER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ONBOARD_COSTS_FIELD_NUMBER: _ClassVar[int]
     queued_requests: int
     queued_prefill_tokens: int
     active_sequences: int
@@ -200,7 +202,17 @@ class StatsResponse(_message.Message):
     kv_blocks_free: int
     kv_block_size: int
     held_for_transfer: int
-    def __init__(self, queued_requests: _Optional[int] = ..., queued_prefill_tokens: _Optional[int] = ..., active_sequences: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_block_size: _Optional[int] = ..., held_for_transfer: _Optional[int] = ...) -> None: ...
+    prefill_seconds_per_token: float
+    onboard_costs: _containers.RepeatedCompositeFieldContainer[TierCost]
+    def __init__(self, queued_requests: _Optional[int] = ..., queued_prefill_tokens: _Optional[int] = ..., active_sequences: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_block_size: _Optional[int] = ..., held_for_transfer: _Optional[int] = ..., prefill_seconds_per_token: _Optional[float] = ..., onboard_costs: _Optional[_Iterable[_Union[TierCost, _Mapping]]] = ...) -> None: ...
+
+class TierCost(_message.Message):
+    __slots__ = ("tier", "seconds_per_token")
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_PER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tier: KvTier
+    seconds_per_token: float
+    def __init__(self, tier: _Optional[_Union[KvTier, str]] = ..., seconds_per_token: _Optional[float] = ...) -> None: ...
 
 class KvAgentRequest(_message.Message):
     __slots__ = ()

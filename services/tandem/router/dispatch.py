@@ -40,6 +40,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from tandem.api.v1alpha1 import RoutingPolicy
 from tandem.engines.base import FinishReason
 from tandem.errors import TandemError
+from tandem.kv.events import Tier
 from tandem.router.cold_start import NoWorkerStartedError, WorkerWait, decide_worker_wait
 from tandem.router.errors import (
     GenerationFailedError,
@@ -50,7 +51,7 @@ from tandem.router.errors import (
 from tandem.router.kv_index import KvIndex
 from tandem.router.messages import GenerationChunk, GenerationRequest, RouteInfo, RouterConfig
 from tandem.router.metrics import RouterMetrics
-from tandem.router.onboarding import saved_tokens
+from tandem.router.onboarding import measured_tier_weights, saved_tokens
 from tandem.router.policy import (
     DecisionReason,
     PolicyConfig,
@@ -340,9 +341,19 @@ class Dispatcher:
         if policy.routing is not RoutingPolicy.KV_AWARE:
             return {}
         return {
-            address: saved_tokens(held, policy.tier_weights)
+            address: saved_tokens(held, self._tier_weights(address, policy))
             for address, held in self.index.cached_by_tier(request.prompt).items()
         }
+
+    def _tier_weights(self, address: str, policy: PolicyConfig) -> Mapping[Tier, float]:
+        """The worker's tier weights from what it last reported measuring."""
+        worker = self._table.get(address)
+        if worker is None:
+            return policy.tier_weights
+        stats = worker.stats
+        return measured_tier_weights(
+            stats.prefill_seconds_per_token, stats.onboard_seconds_per_token, policy.tier_weights
+        )
 
     async def _decide(
         self,

@@ -160,6 +160,11 @@ def stats_to_pb(stats: WorkerStats) -> pb.StatsResponse:
         kv_blocks_free=stats.kv_blocks_free,
         kv_block_size=stats.kv_block_size,
         held_for_transfer=stats.held_for_transfer,
+        prefill_seconds_per_token=stats.prefill_seconds_per_token,
+        onboard_costs=[
+            pb.TierCost(tier=_TIER_TO_PB[tier], seconds_per_token=seconds)
+            for tier, seconds in stats.onboard_seconds_per_token.items()
+        ],
     )
 
 
@@ -172,6 +177,13 @@ def stats_from_pb(message: pb.StatsResponse) -> WorkerStats:
         kv_blocks_free=message.kv_blocks_free,
         kv_block_size=message.kv_block_size,
         held_for_transfer=message.held_for_transfer,
+        prefill_seconds_per_token=message.prefill_seconds_per_token,
+        # A tier this version does not know is left out: its tokens then count for nothing.
+        onboard_seconds_per_token={
+            _TIER_FROM_PB[cost.tier]: cost.seconds_per_token
+            for cost in message.onboard_costs
+            if cost.tier in _TIER_FROM_PB
+        },
     )
 
 

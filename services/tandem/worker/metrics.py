@@ -68,6 +68,12 @@ class _EngineCollector(Collector):
         prompt.add_metric(["offload"], stats.prompt_tokens_onboarded)
         prompt.add_metric(["computed"], stats.prompt_tokens_computed)
         yield prompt
+        yield CounterMetricFamily(
+            "tandem_worker_prefill_seconds",
+            "Seconds spent computing the prompt tokens counted as computed (a step's "
+            "time shared among the tokens it computed; the simulated engine's modelled).",
+            value=stats.prefill_seconds,
+        )
         yield GaugeMetricFamily(
             "tandem_worker_kv_blocks_cached",
             "Full KV blocks the engine's prefix cache holds (what its KV events report).",
@@ -80,7 +86,7 @@ class _EngineCollector(Collector):
 # (name, help, kind, read) per series of the KV offload tiers, each labelled by tier. A
 # block is one prefix-cache block: the same tokens in every layer.
 _OFFLOAD_SERIES: tuple[
-    tuple[str, str, type[CounterMetricFamily | GaugeMetricFamily], Callable[..., int]], ...
+    tuple[str, str, type[CounterMetricFamily | GaugeMetricFamily], Callable[..., float]], ...
 ] = (
     ("blocks", "KV blocks the tier holds.", GaugeMetricFamily, lambda s, t: s.blocks[t]),
     (
@@ -106,6 +112,13 @@ _OFFLOAD_SERIES: tuple[
         "KV blocks brought back from the tier into the device pool on a prefix hit.",
         CounterMetricFamily,
         lambda s, t: s.onboarded.get(t, 0),
+    ),
+    (
+        "onboard_seconds",
+        "Seconds the onboarded blocks took to come back from the tier (digest checks "
+        "included; the simulated engine's modelled).",
+        CounterMetricFamily,
+        lambda s, t: s.onboard_seconds.get(t, 0.0),
     ),
     (
         "damaged_blocks",

@@ -316,6 +316,8 @@ class WorkerService:
             kv_blocks_free=engine.kv_blocks_free,
             kv_block_size=engine.kv_block_size,
             held_for_transfer=len(self._leases),
+            prefill_seconds_per_token=engine.prefill_seconds_per_token,
+            onboard_seconds_per_token=engine.onboard_seconds_per_token,
         )
 
     def kv_events(self) -> AsyncGenerator[KvEventBatch, None]:

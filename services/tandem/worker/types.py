@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from tandem.engines.base import FinishReason, KvRange
-from tandem.kv.events import KvCacheEvent
+from tandem.kv.events import KvCacheEvent, Tier
 
 
 class Role(enum.StrEnum):
@@ -92,6 +93,11 @@ class WorkerStats:
     kv_blocks_free: int
     kv_block_size: int
     held_for_transfer: int
+    # Measured since start (0.0, or no entry: not yet): seconds to compute one prompt
+    # token, and to onboard one from each offload tier (``EngineStats`` and
+    # ``OffloadStats``); what the router weighs a tier's cached tokens by.
+    prefill_seconds_per_token: float = 0.0
+    onboard_seconds_per_token: Mapping[Tier, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,6 +96,10 @@ def test_a_pushed_out_prompt_comes_back_from_the_tiers_with_the_same_tokens(
     assert stats.offload is not None
     assert stats.offload.onboarded == {source: full_blocks}
     assert not stats.offload.damaged and not stats.offload.disabled
+    # Both timed, for the router's tier weights: the blocks' way back, and the prompts.
+    assert stats.offload.onboard_seconds[source] > 0
+    assert set(stats.offload.onboard_seconds) == {source}
+    assert stats.prefill_seconds > 0
 
 
 def test_a_flipped_byte_on_disk_is_caught_and_the_block_recomputed(

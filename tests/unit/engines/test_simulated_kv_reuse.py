@@ -210,7 +210,7 @@ def test_an_offloaded_prefix_comes_back_for_its_onboarding_time() -> None:
     computed = prefill_seconds(e, "a", PROMPT)
     pool_tokens = e.capacity.blocks * e.config.options.tokens_per_block
     # Another prompt whose answer may take the whole pool: admitting it evicts "a".
-    prefill_seconds(e, "other", list(range(50_000, 50_000 + 4_096)), max_tokens=pool_tokens)
+    other = prefill_seconds(e, "other", list(range(50_000, 50_000 + 4_096)), max_tokens=pool_tokens)
     moved = tiers_of(e.drain_kv_events(), BlocksStored)
     assert (PROMPT_NAMES[-1].block_hash, Tier.HOST) in moved
     onboarded = prefill_seconds(e, "b", PROMPT)
@@ -227,6 +227,9 @@ def test_an_offloaded_prefix_comes_back_for_its_onboarding_time() -> None:
     assert onboarded < computed / 10
     offload = e.stats().offload
     assert offload is not None and offload.onboarded == {Tier.HOST: len(PROMPT) // 32}
+    # What the worker reports to routers: the modelled onboarding and prefill times.
+    assert offload.onboard_seconds == {Tier.HOST: pytest.approx(host)}
+    assert stats.prefill_seconds == pytest.approx(computed + other + last_token)
 
 
 def test_tier_capacities_hold_every_rank_shard_of_a_block() -> None:

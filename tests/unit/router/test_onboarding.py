@@ -8,7 +8,12 @@ from collections.abc import Mapping
 import pytest
 
 from tandem.kv.events import Tier
-from tandem.router.onboarding import DEFAULT_TIER_WEIGHTS, onboarding_weight, saved_tokens
+from tandem.router.onboarding import (
+    DEFAULT_TIER_WEIGHTS,
+    measured_tier_weights,
+    onboarding_weight,
+    saved_tokens,
+)
 from tandem.router.policy import (
     PolicyConfig,
     RouteRequest,
@@ -77,3 +82,40 @@ def test_load_weighs_against_a_lower_tier() -> None:
     assert chosen({"host": {Tier.HOST: 1000}}, worker("host", 1), worker("none")) == "host"
     # Disk prefix with two more sequences: 2 + 1 = 3 > 2.
     assert chosen({"disk": {Tier.DISK: 1000}}, worker("disk", 2), worker("none")) == "none"
+
+
+def test_measured_weights_are_each_workers_own() -> None:
+    # Prefill 1 ms a token; host 0.1 ms saves 0.9, disk 2 ms saves nothing.
+    costs = {Tier.HOST: 1e-4, Tier.DISK: 2e-3}
+    weights = measured_tier_weights(1e-3, costs, WEIGHTS)
+    assert weights[Tier.HOST] == pytest.approx(0.9)
+    assert weights[Tier.DISK] == 0.0
+    assert weights[Tier.DEVICE] == 1.0
+    # A tier it has not onboarded from keeps its default...
+    assert measured_tier_weights(1e-3, {Tier.HOST: 1e-4}, WEIGHTS)[Tier.DISK] == 0.5
+    # ...and so does every tier before it has computed a prompt token.
+    assert measured_tier_weights(0.0, costs, WEIGHTS) == WEIGHTS
+
+
+def test_a_worker_whose_disk_is_slower_than_computing_loses_its_disk_prefix() -> None:
+    # Both hold the prompt on disk. "slow" measured its disk at 2 ms a token against
+    # 1 ms to compute one (a GPU's prefill): worth nothing, so its prefix does not
+    # outweigh one more sequence on "fast", whose disk saves 0.9 of a token.
+    slow = measured_tier_weights(1e-3, {Tier.DISK: 2e-3}, WEIGHTS)
+    fast = measured_tier_weights(1e-3, {Tier.DISK: 1e-4}, WEIGHTS)
+    cached = {
+        "slow": saved_tokens({Tier.DISK: 1000}, slow),
+        "fast": saved_tokens({Tier.DISK: 1000}, fast),
+    }
+    assert cached == {"slow": 0, "fast": 900}
+    best = choose_decode_worker([worker("slow"), worker("fast", 1)], REQUEST, cached, CONFIG)
+    assert best is not None and best.key == "fast"
+    # Weighed by the defaults instead, the idle worker's disk prefix wins.
+    assert (
+        chosen(
+            {"slow": {Tier.DISK: 1000}, "fast": {Tier.DISK: 1000}},
+            worker("slow"),
+            worker("fast", 1),
+        )
+        == "slow"
+    )

@@ -124,6 +124,22 @@ async def test_a_prompt_held_on_disk_outweighs_a_shorter_one_on_device() -> None
     assert route.reason is DecisionReason.CACHED_PREFIX  # type: ignore[attr-defined]
 
 
+async def test_a_disk_slower_than_computing_is_worth_nothing_to_the_router() -> None:
+    # As above, but d2 reports its disk onboards a token in 2 ms and computes one in 1 ms
+    # (a GPU's prefill against a slow disk): its disk prefix saves nothing, d1 wins.
+    async with cluster({"p1": P, "d1": D, "d2": D}) as (w, _, (replica,)):
+        w["d2"].prefill_seconds_per_token = 1e-3
+        w["d2"].onboard_seconds_per_token = {Tier.DISK: 2e-3}
+        cache(w["d1"], PROMPT[:640])
+        cache(w["d2"], PROMPT[:1920], Tier.DISK)
+        held = {"d1": {Tier.DEVICE: 640}, "d2": {Tier.DISK: 1920}}
+        await eventually(lambda: replica.router.index.cached_by_tier(PROMPT) == held)
+        for _ in range(2):  # a whole health round after the figures were set
+            await replica.router.wait_round(5)
+        route = await route_of(replica, "r1")
+    assert route.decode_worker == "d1"  # type: ignore[attr-defined]
+
+
 async def test_workers_that_leave_or_restart_are_dropped_from_the_index() -> None:
     async with cluster({"d1": D, "d2": D, "d3": D}) as (w, members, (replica,)):
         for key in ("d1", "d2", "d3"):

@@ -18,6 +18,7 @@ OFFLOAD = OffloadStats(
     damaged={Tier.DISK: 1},
     dropped={Tier.DISK: 2},
     disabled=frozenset({Tier.DISK}),
+    onboard_seconds={Tier.DISK: 0.032},
 )
 
 
@@ -41,6 +42,10 @@ def test_offload_series_are_labelled_by_tier() -> None:
         0,
         4,
     )
+    assert (value("onboard_seconds_total", "host"), value("onboard_seconds_total", "disk")) == (
+        0,
+        0.032,
+    )
     assert value("damaged_blocks_total", "disk") == 1
     assert value("dropped_blocks_total", "disk") == 2
     onboarded = registry.get_sample_value(
@@ -56,3 +61,17 @@ def test_an_engine_without_tiers_lists_no_offload_series() -> None:
     assert (
         registry.get_sample_value("tandem_worker_prompt_tokens_total", {"source": "offload"}) == 0
     )
+
+
+def test_per_token_costs_are_what_the_router_reads() -> None:
+    # 4 disk blocks of 16 tokens back in 32 ms: 0.5 ms a token; 200 prompt tokens
+    # computed in 0.1 s: 0.5 ms a token too. The host tier onboarded nothing: no figure.
+    stats = EngineStats(
+        1, 10, 5, 16, prompt_tokens_computed=200, prefill_seconds=0.1, offload=OFFLOAD
+    )
+    assert stats.prefill_seconds_per_token == 0.1 / 200
+    assert stats.onboard_seconds_per_token == {Tier.DISK: 0.032 / 64}
+    assert EngineStats(1, 10, 5, 16).prefill_seconds_per_token == 0.0
+    assert EngineStats(1, 10, 5, 16).onboard_seconds_per_token == {}
+    seconds = registry_of(stats).get_sample_value("tandem_worker_prefill_seconds_total")
+    assert seconds == 0.1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tandem.engines.base import FinishReason, KvLayout, KvRange, SamplingParams
+from tandem.kv.events import Tier
 from tandem.proto import worker_pb2 as pb
 from tandem.worker import convert
 from tandem.worker.admission import AdmissionLimits, Load, check_admission
@@ -84,6 +85,12 @@ def test_priority_crosses_the_wire_and_an_older_sender_means_default() -> None:
     assert convert.sampling_from_pb(pb.Sampling.FromString(older)).priority == 0
 
 
+def test_a_tier_this_version_does_not_know_is_left_out_of_the_costs() -> None:
+    message = convert.stats_to_pb(WorkerStats(1, 2, 3, 4, 5, 6, 7, 0.004, {Tier.HOST: 1e-4}))
+    message.onboard_costs.add(tier=7, seconds_per_token=1e-5)  # a newer worker's tier
+    assert convert.stats_from_pb(message).onboard_seconds_per_token == {Tier.HOST: 1e-4}
+
+
 @pytest.mark.parametrize(
     "value",
     [
@@ -94,6 +101,7 @@ def test_priority_crosses_the_wire_and_an_older_sender_means_default() -> None:
         HealthInfo(HealthStatus.DRAINING, "w", "i", Role.BOTH),
         HealthInfo(HealthStatus.SERVING, "w", "i", Role.PREFILL, "0123abcd"),
         WorkerStats(1, 2, 3, 4, 5, 6, 7),
+        WorkerStats(1, 2, 3, 4, 5, 6, 7, 0.004, {Tier.HOST: 0.0001, Tier.DISK: 0.002}),
         AgentInfo("w", "i", "nixl", b"\x00meta"),
         KvClaim(True, 12.5),
         KvClaim(False, 0.0, "gone"),

@@ -20,6 +20,7 @@ blocks found there come back before it is prefilled (``offload``).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from collections.abc import Sequence as Seq
 
@@ -77,6 +78,7 @@ class ReferenceEngine:
         self._cached_tokens = 0
         self._onboarded_tokens = 0
         self._computed_tokens = 0
+        self._prefill_seconds = 0.0
         self._attention_tokens = compute_attention_tokens(self.config)
         self.info = EngineInfo(
             model_name=self.config.model_name,
@@ -296,7 +298,9 @@ class ReferenceEngine:
                     wants_logits=positions.stop >= sequence.prompt_len,
                 )
             )
+        started = time.perf_counter()
         logits = iter(self.model.forward_batch(segments))
+        self._count_prefill_time(work, time.perf_counter() - started)
         outputs = []
         for (rid, sequence, positions), segment in zip(work, segments, strict=True):
             sequence.computed = positions.stop
@@ -310,6 +314,14 @@ class ReferenceEngine:
             if segment.wants_logits:
                 outputs.append(self._sample(rid, sequence, next(logits)))
         return outputs
+
+    def _count_prefill_time(
+        self, work: list[tuple[str, Sequence, range]], step_seconds: float
+    ) -> None:
+        """The prompt tokens' share of a step's time, by tokens (a decode row is one)."""
+        prompt = sum(len(p) for _, s, p in work if s.state is SequenceState.PREFILLING)
+        if prompt:
+            self._prefill_seconds += step_seconds * prompt / sum(len(p) for _, _, p in work)
 
     def _sample(self, request_id: str, sequence: Sequence, logits: np.ndarray) -> StepOutput:
         params = sequence.sampling
@@ -354,6 +366,7 @@ class ReferenceEngine:
             prompt_tokens_cached=self._cached_tokens,
             prompt_tokens_onboarded=self._onboarded_tokens,
             prompt_tokens_computed=self._computed_tokens,
+            prefill_seconds=self._prefill_seconds,
             kv_blocks_cached=0 if self.cache is None else len(self.cache),
             offload=None if self.offload is None else self.offload.stats(),
         )

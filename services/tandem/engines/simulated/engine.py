@@ -19,6 +19,7 @@ what, as the reference engine's events do).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from collections.abc import Sequence as Seq
@@ -59,7 +60,8 @@ from tandem.engines.simulated.tokens import (
     hash_prompt,
 )
 from tandem.kv.block_hashes import BlockName, compute_block_names
-from tandem.kv.events import KvCacheEvent
+from tandem.kv.events import KvCacheEvent, Tier
+from tandem.kv.offload.stats import OffloadStats
 from tandem.perf.model import Chunk, KvCapacity, compute_onboard_seconds, compute_sequence_blocks
 
 logger = logging.getLogger(__name__)
@@ -93,6 +95,9 @@ class SimulatedEngine:
         self._computed_tokens = 0
         self._cached_tokens = 0  # prompt tokens reused from the device pool
         self._onboarded_tokens = 0  # ... and brought back from the offload tiers
+        # Modelled seconds: computing prompt tokens (a step's share), onboarding per tier.
+        self._prefill_seconds = 0.0
+        self._onboard_seconds: dict[Tier, float] = {}
         self.pacer = Pacer(options.speedup)
         self._work_waited = False
         self._busy = False
@@ -279,6 +284,10 @@ class SimulatedEngine:
         modelled = self.config.clock.step_seconds(
             contexts, [Chunk(self._sequences[rid].computed, n) for rid, n in work]
         )
+        prompt_tokens = sum(n for _, n in work)
+        # The prompt tokens' share of the step, by tokens (a decode row is one), as the
+        # reference engine counts it.
+        self._prefill_seconds += modelled * prompt_tokens / (prompt_tokens + len(rows))
         for rid, _ in work:
             # A hit's blocks come back from the tiers before its first chunk runs.
             modelled += self._sequences[rid].onboard_s
@@ -384,8 +393,13 @@ class SimulatedEngine:
         cached = min(hit.device * block, sequence.computed)
         self._cached_tokens += cached
         self._onboarded_tokens += sequence.computed - cached
-        onboarded = {tier: blocks * block for tier, blocks in hit.onboarded.items()}
-        sequence.onboard_s = compute_onboard_seconds(self.config.perf, onboarded)
+        by_tier = {
+            tier: compute_onboard_seconds(self.config.perf, {tier: blocks * block})
+            for tier, blocks in hit.onboarded.items()
+        }
+        for tier, seconds in by_tier.items():
+            self._onboard_seconds[tier] = self._onboard_seconds.get(tier, 0.0) + seconds
+        sequence.onboard_s = sum(by_tier.values())  # the tiers one after the other
 
     def _hold_all(self, sequence: Sequence) -> None:
         """The rest of ``sequence``'s prompt blocks are in the pool now (computed, or
@@ -427,9 +441,15 @@ class SimulatedEngine:
             prompt_tokens_cached=self._cached_tokens,
             prompt_tokens_onboarded=self._onboarded_tokens,
             prompt_tokens_computed=self._computed_tokens,
+            prefill_seconds=self._prefill_seconds,
             kv_blocks_cached=self._reuse.cached if self._reuse else 0,
-            offload=self._reuse.stats() if self._reuse and self._offloading else None,
+            offload=self._offload_stats(),
         )
+
+    def _offload_stats(self) -> OffloadStats | None:
+        if self._reuse is None or not self._offloading:
+            return None
+        return dataclasses.replace(self._reuse.stats(), onboard_seconds=dict(self._onboard_seconds))
 
     def _need(self, sequence: Sequence) -> int:
         """Blocks for the prompt and the whole answer; a sequence longer than the pool

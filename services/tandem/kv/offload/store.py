@@ -15,6 +15,7 @@ left, and no request sees the failure.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -85,6 +86,7 @@ class OffloadStore:
         )
         self._offloaded: Counter[Tier] = Counter()
         self._onboarded: Counter[Tier] = Counter()
+        self._onboard_seconds: dict[Tier, float] = dict.fromkeys(TIERS, 0.0)
         self._damaged: Counter[Tier] = Counter()
         self._dropped: Counter[Tier] = Counter()
 
@@ -113,7 +115,9 @@ class OffloadStore:
         if tier is None:
             return False
         slot, digest = self._slot[block_hash], self._digest[block_hash]
+        started = time.perf_counter()
         damage = self._read(tier, slot, block_hash, digest, physical)
+        took = time.perf_counter() - started
         self._forget(Move(block_hash, tier, None))
         if damage is not None:
             logger.warning(
@@ -125,6 +129,7 @@ class OffloadStore:
             self._damaged[tier] += 1
             return False
         self._onboarded[tier] += 1
+        self._onboard_seconds[tier] += took
         return True
 
     def stats(self) -> OffloadStats:
@@ -136,6 +141,7 @@ class OffloadStore:
             damaged=dict(self._damaged),
             dropped=dict(self._dropped),
             disabled=frozenset(self._disabled),
+            onboard_seconds={t: s for t, s in self._onboard_seconds.items() if s},
         )
 
     # -- moves ------------------------------------------------------------------------
