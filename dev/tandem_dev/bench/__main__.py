@@ -27,6 +27,7 @@ class Section:
     module: str  # run as ``python -m MODULE``; its stdout is the section's markdown
     about: str
     timeout_s: float
+    args: tuple[str, ...] = ()  # the module's command-line arguments
 
 
 SECTIONS = (
@@ -80,6 +81,19 @@ SECTIONS = (
         "tokens computed for KV-event routing with offload and without, and round-robin "
         "with offload; greedy answers compared across rows (issue 37).",
         2700,
+    ),
+    Section(
+        "kv-offload-gb200",
+        "KV offload tiers at 32k: with and without offload, KV-event routing vs round-robin "
+        "(long multi-turn chats, simulated GB200)",
+        "tandem_dev.bench.kv_offload",
+        "The kv-offload section's chats and rows, grown to 32k-token prompts (a ~10,000-token "
+        "system prompt, ~5,700 tokens of tool output a turn), on simulated gpt-oss-120b GB200 "
+        "workers in real time: prefill and onboarding cost what the step clock and the "
+        "profile's host link (NVLink-C2C) and disk model, and the router weighs each "
+        "worker's tiers by the costs it reports.",
+        1800,
+        ("--hardware", "gb200"),
     ),
     Section(
         "kv-index",
@@ -235,7 +249,7 @@ def _run(section: Section) -> str:
     started = time.monotonic()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", section.module],
+            [sys.executable, "-m", section.module, *section.args],
             capture_output=True,
             text=True,
             timeout=section.timeout_s,

@@ -1,5 +1,6 @@
 """KV offload tiers on long multi-turn chats: with offload and without, KV-event routing
-and round-robin, on SmolLM2 through the real stack (issue 37).
+and round-robin, on SmolLM2 through the real stack (issue 37); with ``--hardware gb200``
+the same at 32k-token prompts on simulated gpt-oss-120b workers.
 
 The load (``chat_workload.build_tool_chat_workload``): an agent's desk -- a ~1,000-token
 system prompt shared by every chat, and chats whose every user turn carries a ~300-token
@@ -33,6 +34,11 @@ decides its TTFT is what its worker must compute. Prompt tokens computed, served
 the device cache and onboarded from the tiers are the workers' own counters. Greedy
 answers must come out the same in every row; the section says whether they did.
 Bounded: rows x chats x turns requests (+1 warm-up per row), a deadline for the run.
+
+On a simulated GPU (``--hardware``) nothing is computed or stored: a prompt's prefill
+takes what the step clock says, a block onboarded what its bytes take over the profile's
+host link or disk (``tandem.perf.hardware``), in real time. The chats are grown so the
+longest prompt is ~32k tokens; the disk tier is modelled, so it needs no NIXL.
 """
 
 from __future__ import annotations
@@ -40,11 +46,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,10 +63,13 @@ from tandem.api.validate import parse_inference_cluster
 from tandem.devcluster.ports import allocate_ports
 from tandem.engines.reference.config import ReferenceModelConfig
 from tandem.engines.reference.gguf_weights import open_gguf, read_architecture
+from tandem.engines.simulated.config import SimulatedConfig
 from tandem.kv import nixl_available
 from tandem.models.catalog import SMOLLM2_SOURCE
 from tandem.models.source import resolve_local_model_file
+from tandem.perf.model import compute_sequence_blocks
 from tandem.tokenization.gguf_tokenizer import load_gguf_tokenizer
+from tandem.tokenization.harmony import load_harmony_tokenizer
 from tandem.tokenization.protocol import ChatMessage, Tokenizer
 from tandem_dev.bench.chat_fleet import SERVED, WorkerCounts, ask, write_plan
 from tandem_dev.bench.chat_workload import (
@@ -76,6 +86,11 @@ CHATS = 15  # odd: see the docstring
 TURNS = 4
 RULES = 32  # ~1,000 system-prompt tokens
 LOG_LINES = 12  # ~300 tokens of tool output per turn
+# On a simulated GPU: ~10,000 system-prompt tokens and ~5,700 of tool output a turn, so
+# the 4th turn's prompt is ~32k tokens (o200k_harmony, measured with the chats rendered).
+GPU_RULES = 320
+GPU_LOG_LINES = 330
+HARDWARE = ("gb200", "b200")
 MAX_TOKENS = 8
 WORKERS = 2
 HOST_POOLS = 2  # the host tier holds this many device pools: the disk tier the rest
@@ -150,19 +165,82 @@ def estimate_tokens(workload: ChatWorkload, tokenizer: Tokenizer, answer: str) -
     return max(whole), shared + sum(n - shared for n in whole)
 
 
-def _smollm2() -> tuple[Tokenizer, ReferenceModelConfig]:
+@dataclass(frozen=True, slots=True)
+class Workers:
+    """What every row's workers run: their cluster's model, engine and accelerator, and
+    what sizing their tiers needs."""
+
+    description: str  # in the section's text
+    tokenizer: Tokenizer  # the model's, to size the tiers from the rendered chats
+    block: int  # tokens per KV block
+    token_bytes: int  # a token's KV in every layer, on one worker
+    model: dict[str, str]  # spec.model, less its token limits
+    engine: str  # spec.engine.kind
+    accelerator: str | None  # spec.accelerator.profile
+    # spec.engine.options for a device pool of that many tokens
+    pool_options: Callable[[int], dict[str, object]]
+    disk_is_modelled: bool  # no bytes are stored: the disk tier needs no NIXL
+
+
+def smollm2_workers() -> Workers:
     path = resolve_local_model_file(SMOLLM2_SOURCE)
     config = ReferenceModelConfig.from_options({}, read_architecture(open_gguf(path), path))
-    return load_gguf_tokenizer(path), config
+    return reference_workers(config, load_gguf_tokenizer(path))
 
 
-def cluster_spec(
-    row: Row, sizing: Sizing, model: ReferenceModelConfig, disk_dir: Path
-) -> InferenceCluster:
+def reference_workers(config: ReferenceModelConfig, tokenizer: Tokenizer) -> Workers:
+    """SmolLM2 in the reference engine, shaped as ``config``."""
+    layers, block = config.num_layers, config.kv_block_size
+    return Workers(
+        "SmolLM2-135M-Instruct, reference engine",
+        tokenizer,
+        block,
+        config.kv_token_bytes * layers,
+        {"name": "HuggingFaceTB/SmolLM2-135M-Instruct", "source": SMOLLM2_SOURCE},
+        "reference",
+        None,
+        # A pool block is one layer's KV of ``block`` tokens.
+        lambda pool: {"num_kv_blocks": pool // block * layers},
+        disk_is_modelled=False,
+    )
+
+
+def simulated_workers(profile: str) -> Workers:
+    """TP1 gpt-oss-120b workers (fp8 KV) on ``profile``, their pool sized by the share of
+    free GPU memory that holds it, every prompt's full blocks kept for reuse."""
+    options: dict[str, object] = {"kv_cache_dtype": "fp8", "prefix_cache": True}
+    config = SimulatedConfig.from_options({**options, "accelerator": profile})
+    whole = config.compute_capacity(free_gpu_memory_fraction=1.0)
+
+    def pool_options(pool: int) -> dict[str, object]:
+        # A sequence of ``pool`` tokens fits (its sliding-window layers' blocks too);
+        # rounded up, so the pool holds at least that.
+        blocks = compute_sequence_blocks(config.perf, whole, pool)
+        fraction = math.ceil(blocks / whole.blocks * 1e6) / 1e6
+        return {**options, "free_gpu_memory_fraction": fraction}
+
+    return Workers(
+        f"gpt-oss-120b on simulated {profile.upper()} TP1 workers, fp8 KV, real time",
+        load_harmony_tokenizer(),
+        whole.tokens_per_block,
+        whole.block_bytes // whole.tokens_per_block,
+        {"name": "openai/gpt-oss-120b"},
+        "simulated",
+        profile,
+        pool_options,
+        disk_is_modelled=True,
+    )
+
+
+def has_disk_tier(workers: Workers) -> bool:
+    return workers.disk_is_modelled or nixl_available()
+
+
+def cluster_spec(row: Row, sizing: Sizing, workers: Workers, disk_dir: Path) -> InferenceCluster:
     """A row's cluster, as a user would write it for ``tandem up``."""
-    token_bytes = model.kv_token_bytes * model.num_layers  # every layer's K and V
+    token_bytes = workers.token_bytes
     # Without NIXL there is no disk tier: the host tier takes its share.
-    disk = sizing.disk_tokens if nixl_available() else 0
+    disk = sizing.disk_tokens if has_disk_tier(workers) else 0
     host = sizing.host_tokens + (sizing.disk_tokens - disk)
     offload = {
         "enabled": True,
@@ -176,17 +254,16 @@ def cluster_spec(
         "metadata": {"name": "kv-offload-bench"},
         "spec": {
             "model": {
-                "name": "HuggingFaceTB/SmolLM2-135M-Instruct",
-                "source": SMOLLM2_SOURCE,
+                **workers.model,
                 "servedName": SERVED,
                 "maxInputTokens": sizing.pool_tokens,
                 "maxOutputTokens": MAX_TOKENS,
             },
-            # A pool block is one layer's KV of ``block`` tokens.
             "engine": {
-                "kind": "reference",
-                "options": {"num_kv_blocks": sizing.pool_tokens // sizing.block * model.num_layers},
+                "kind": workers.engine,
+                "options": workers.pool_options(sizing.pool_tokens),
             },
+            **({"accelerator": {"profile": workers.accelerator}} if workers.accelerator else {}),
             "frontend": {"routingPolicy": row.routing.value},
             "prefill": {"replicas": 0},
             "decode": {
@@ -310,14 +387,14 @@ async def _measure(
 
 
 def run_rows(
-    rows: Sequence[Row], workload: ChatWorkload, sizing: Sizing, model: ReferenceModelConfig
+    rows: Sequence[Row], workload: ChatWorkload, sizing: Sizing, workers: Workers
 ) -> tuple[list[RowResult], tuple[float, float]]:
     """Every row on its own fleet and frontend, side by side."""
     with tempfile.TemporaryDirectory(prefix="kv-offload-") as tmp, contextlib.ExitStack() as stack:
         plans, fleets = [], []
         for i, row in enumerate(rows):
             state = Path(tmp) / f"row-{i}"
-            cluster = cluster_spec(row, sizing, model, state / "kv-disk")
+            cluster = cluster_spec(row, sizing, workers, state / "kv-disk")
             plan = write_plan(cluster, state, allocate_ports(WORKERS))
             _progress(f"starting {row.label}: {len(plan.workers)} workers")
             urls = stack.enter_context(run_workers(plan, STARTUP_S))
@@ -347,22 +424,27 @@ def _p90(result: RowResult) -> float:
 def render(
     results: Sequence[RowResult],
     sizing: Sizing,
-    model: ReferenceModelConfig,
+    workers: Workers,
     loads: Sequence[float],
 ) -> str:
     base = results[0]
     chats, turns = len(base.answers), len(base.answers[0])
-    token_mib = model.kv_token_bytes * model.num_layers / 2**20
-    disk = f"disk {sizing.disk_tokens:,} tokens (NIXL POSIX)" if nixl_available() else "no disk"
+    token_mib = workers.token_bytes / 2**20
+    disk = (
+        f"disk {sizing.disk_tokens:,} tokens "
+        f"({'modelled' if workers.disk_is_modelled else 'NIXL POSIX'})"
+        if has_disk_tier(workers)
+        else "no disk"
+    )
     lines = [
         f"{chats} chats x {turns} turns per row (+1 warm-up request), {MAX_TOKENS}-token "
-        f"greedy answers; each row on its own {WORKERS} workers (SmolLM2-135M-Instruct, "
-        "reference engine, prefilling their own prompts) and frontend. Per worker: a "
+        f"greedy answers; each row on its own {WORKERS} workers ({workers.description}, "
+        "prefilling their own prompts) and frontend. Per worker: a "
         f"device KV pool of {sizing.pool_tokens:,} tokens ({sizing.pool_tokens * token_mib:,.0f}"
         f" MiB), with offload host {sizing.host_tokens:,} tokens and {disk}. The chats' "
         f"working set is about {sizing.working_set:,} tokens, "
         f"{sizing.working_set_ratio(WORKERS):.1f}x a fleet's device pools; the longest "
-        f"prompt {sizing.longest_prompt:,} tokens as estimated from SmolLM2's chat template "
+        f"prompt {sizing.longest_prompt:,} tokens as estimated from the model's chat template "
         f"({max(r.longest_prompt for r in results):,} as sent). "
         "Prompt tokens computed, from the device cache and onboarded from the tiers are the "
         "workers' counters (`tandem_worker_prompt_tokens_total{source=...}`, "
@@ -447,19 +529,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--chats", type=int, default=CHATS)
     parser.add_argument("--turns", type=int, default=TURNS)
-    parser.add_argument("--rules", type=int, default=RULES, help="system prompt: house rules")
-    parser.add_argument("--log-lines", type=int, default=LOG_LINES, help="tool output per turn")
+    parser.add_argument("--rules", type=int, help="system prompt: house rules")
+    parser.add_argument("--log-lines", type=int, help="tool output per turn")
     parser.add_argument("--row", type=int, action="append", help="run only these (index in ROWS)")
-    args = parser.parse_args(argv)
-    workload = build_tool_chat_workload(
-        args.chats, args.turns, rules=args.rules, log_lines=args.log_lines
+    parser.add_argument(
+        "--hardware", choices=HARDWARE, help="simulated gpt-oss-120b workers (else SmolLM2)"
     )
-    tokenizer, model = _smollm2()
-    longest, working_set = estimate_tokens(workload, tokenizer, " ".join(["ok"] * MAX_TOKENS))
-    sizing = size_tiers(longest, working_set, model.kv_block_size, HOST_POOLS)
+    args = parser.parse_args(argv)
+    on_gpu = args.hardware is not None
+    workload = build_tool_chat_workload(
+        args.chats,
+        args.turns,
+        rules=args.rules or (GPU_RULES if on_gpu else RULES),
+        log_lines=args.log_lines or (GPU_LOG_LINES if on_gpu else LOG_LINES),
+    )
+    workers = simulated_workers(args.hardware) if on_gpu else smollm2_workers()
+    placeholder = " ".join(["ok"] * MAX_TOKENS)
+    longest, working_set = estimate_tokens(workload, workers.tokenizer, placeholder)
+    sizing = size_tiers(longest, working_set, workers.block, HOST_POOLS)
     rows = [ROWS[i] for i in args.row] if args.row else list(ROWS)
-    results, loads = run_rows(rows, workload, sizing, model)
-    print(render(results, sizing, model, loads))
+    results, loads = run_rows(rows, workload, sizing, workers)
+    print(render(results, sizing, workers, loads))
     return 0
 
 

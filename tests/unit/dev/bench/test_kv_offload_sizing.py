@@ -6,6 +6,10 @@ from pathlib import Path
 
 from tandem.api.v1alpha1 import RoutingPolicy
 from tandem.engines.reference.config import ReferenceModelConfig
+from tandem.engines.simulated.config import render_simulated_options
+from tandem.engines.simulated.engine import SimulatedEngine
+from tandem.kv.events import Tier
+from tandem.perf.model import compute_sequence_blocks
 from tandem.tokenization import ByteTokenizer
 from tandem_dev.bench.chat_fleet import WorkerCounts
 from tandem_dev.bench.chat_workload import ChatWorkload
@@ -15,7 +19,9 @@ from tandem_dev.bench.kv_offload import (
     Sizing,
     cluster_spec,
     estimate_tokens,
+    reference_workers,
     render,
+    simulated_workers,
     size_tiers,
 )
 
@@ -43,7 +49,8 @@ def test_the_pool_holds_the_longest_prompt_and_the_disk_the_working_set() -> Non
 def test_rows_differ_only_in_routing_and_offload(tmp_path: Path) -> None:
     model = ReferenceModelConfig()
     sizing = size_tiers(1_000, 9_000, model.kv_block_size, 2)
-    specs = {row.label: cluster_spec(row, sizing, model, tmp_path).spec for row in ROWS}
+    workers = reference_workers(model, ByteTokenizer())
+    specs = {row.label: cluster_spec(row, sizing, workers, tmp_path).spec for row in ROWS}
     for row in ROWS:
         spec = specs[row.label]
         assert spec.frontend.routing_policy is row.routing
@@ -68,7 +75,8 @@ def _result(index: int, ttft: float, computed: float, answer: str = "ok") -> Row
 def test_the_report_judges_both_targets_and_the_answers() -> None:
     sizing = Sizing(16, 1_024, 2_048, 9_216, 1_000, 9_000)
     results = [_result(0, 1.0, 100.0), _result(1, 2.5, 900.0), _result(2, 1.5, 300.0, "no")]
-    text = render(results, sizing, ReferenceModelConfig(), (1.0, 2.0))
+    workers = reference_workers(ReferenceModelConfig(), ByteTokenizer())
+    text = render(results, sizing, workers, (1.0, 2.0))
     assert text.count("\n| ") == 1 + len(ROWS)
     assert "4.4x a fleet's device pools" in text and "(990 as sent)" in text
     assert "Offload against none (both KV routing): TTFT p50 2.50x" in text
@@ -76,3 +84,28 @@ def test_the_report_judges_both_targets_and_the_answers() -> None:
     assert "3 of 6 differ" in text
     assert "Greedy answers differ from the first row's in: round-robin, offload." in text
     assert RoutingPolicy.ROUND_ROBIN in {row.routing for row in ROWS}
+
+
+def test_simulated_workers_get_a_pool_that_holds_the_longest_prompt(tmp_path: Path) -> None:
+    workers = simulated_workers("gb200")
+    assert workers.block == 32
+    sizing = size_tiers(32_560, 366_551, workers.block, 2)
+    spec = cluster_spec(ROWS[0], sizing, workers, tmp_path).spec
+    assert spec.engine.kind.value == "simulated" and spec.accelerator.profile.value == "gb200"
+    engine = SimulatedEngine.from_options(
+        render_simulated_options(
+            spec.engine.options.as_dict(),
+            model="gpt-oss-120b",
+            accelerator=spec.accelerator.profile,
+            tensor_parallel_size=1,
+            offload=spec.decode.kv_cache.offload,
+        )
+    )
+    # The longest prompt with its answer fits the pool, with the sliding-window layers'
+    # blocks, and little more does.
+    need = compute_sequence_blocks(engine.config.perf, engine.capacity, sizing.pool_tokens)
+    assert need <= engine.capacity.blocks <= need + 1
+    # The disk tier is modelled: it holds the working set whether or not NIXL is here.
+    tiers = engine.config.offload_blocks(engine.capacity)
+    assert tiers[Tier.DISK] * workers.block == sizing.disk_tokens
+    assert tiers[Tier.HOST] * workers.block == sizing.host_tokens
