@@ -189,7 +189,7 @@ async def test_a_pushed_out_long_prompt_is_onboarded_not_recomputed_with_the_sam
         f"\nlong prompt asked again: {recompute_s:.2f}s recomputed, {onboard_s:.2f}s with "
         f"{int(with_tiers['offload'])} prompt tokens onboarded ({dict(onboarded)} blocks); "
         f"per token: computed {float(found[1]) / with_tiers['computed'] * 1e3:.2f} ms, "
-        f"onboarded {({t: round(s * 1e3, 3) for t, s in per_token.items()})} ms"
+        f"onboarded { ({t: round(s * 1e3, 3) for t, s in per_token.items()}) } ms"
     )
 
 

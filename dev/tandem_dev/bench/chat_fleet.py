@@ -8,7 +8,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from openai import AsyncOpenAI
@@ -63,11 +63,13 @@ def diff_counts(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
 @dataclass(frozen=True, slots=True)
 class WorkerCounts:
     """The workers' prompt-token counters: by source (computed / cache / offload), and
-    computed by worker role; and the KV blocks onboarded from each offload tier."""
+    computed by worker role; the KV blocks onboarded from each offload tier; and the
+    seconds spent computing prompt tokens ("computed") and onboarding from each tier."""
 
     by_source: dict[str, float]
     computed_by_role: dict[str, float]
     onboarded_by_tier: dict[str, float]
+    seconds: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def read(cls, workers: Sequence[tuple[str, str]]) -> WorkerCounts:
@@ -80,13 +82,19 @@ class WorkerCounts:
         onboarded = [
             sum_samples(t, "tandem_worker_kv_offload_onboarded_blocks_total", "tier") for t in texts
         ]
-        return cls(add_counts(sources), by_role, add_counts(onboarded))
+        seconds = [
+            sum_samples(t, "tandem_worker_kv_offload_onboard_seconds_total", "tier")
+            | {"computed": sum(sum_samples(t, "tandem_worker_prefill_seconds_total").values())}
+            for t in texts
+        ]
+        return cls(add_counts(sources), by_role, add_counts(onboarded), add_counts(seconds))
 
     def minus(self, earlier: WorkerCounts) -> WorkerCounts:
         return WorkerCounts(
             diff_counts(self.by_source, earlier.by_source),
             diff_counts(self.computed_by_role, earlier.computed_by_role),
             diff_counts(self.onboarded_by_tier, earlier.onboarded_by_tier),
+            diff_counts(self.seconds, earlier.seconds),
         )
 
 

@@ -65,9 +65,11 @@ from tandem.engines.reference.config import ReferenceModelConfig
 from tandem.engines.reference.gguf_weights import open_gguf, read_architecture
 from tandem.engines.simulated.config import SimulatedConfig
 from tandem.kv import nixl_available
+from tandem.kv.events import Tier
 from tandem.models.catalog import SMOLLM2_SOURCE
 from tandem.models.source import resolve_local_model_file
 from tandem.perf.model import compute_sequence_blocks
+from tandem.router.onboarding import DEFAULT_TIER_WEIGHTS, measured_tier_weights
 from tandem.tokenization.gguf_tokenizer import load_gguf_tokenizer
 from tandem.tokenization.harmony import load_harmony_tokenizer
 from tandem.tokenization.protocol import ChatMessage, Tokenizer
@@ -492,6 +494,31 @@ def _judge(name: str, fast: RowResult, slow: RowResult) -> str:
     )
 
 
+def _costs(result: RowResult, block: int) -> str:
+    """What a prompt token cost the row's workers to compute and to onboard from each
+    tier, over the run, and what the router made of it (``measured_tier_weights``)."""
+    counts = result.counts
+    computed = result.tokens("computed")
+    if not computed or not counts.seconds.get("computed"):
+        return ""
+    prefill_s = counts.seconds["computed"] / computed
+    onboard_s = {
+        Tier(tier): counts.seconds.get(tier, 0.0) / (blocks * block)
+        for tier, blocks in counts.onboarded_by_tier.items()
+        if blocks > 0
+    }
+    weights = measured_tier_weights(prefill_s, onboard_s, DEFAULT_TIER_WEIGHTS)
+    tiers = "".join(
+        f", from {tier.value} {seconds * 1e6:,.1f} µs (worth {weights[tier]:.2f} of a "
+        "computed token to the router)"
+        for tier, seconds in onboard_s.items()
+    )
+    return (
+        f" Per prompt token, {result.row.label}'s workers measured computing it at "
+        f"{prefill_s * 1e6:,.1f} µs{tiers or ', and onboarded nothing'}."
+    )
+
+
 def _reading(results: Sequence[RowResult], sizing: Sizing) -> str:
     ratio = sizing.working_set_ratio(WORKERS)
     text = (
@@ -502,6 +529,8 @@ def _reading(results: Sequence[RowResult], sizing: Sizing) -> str:
     offload = _find(results, RoutingPolicy.KV_AWARE, True)
     recompute = _find(results, RoutingPolicy.KV_AWARE, False)
     round_robin = _find(results, RoutingPolicy.ROUND_ROBIN, True)
+    if offload is not None:
+        text += _costs(offload, sizing.block)
     if offload is not None and recompute is not None:
         text += " " + _judge("Offload against none (both KV routing)", offload, recompute)
     if offload is not None and round_robin is not None:

@@ -131,6 +131,22 @@ def test_up_with_a_worker_module_this_python_cannot_import(ws: Workspace) -> Non
     assert not (ws.home / "clusters").exists()  # nothing was started or recorded
 
 
+def test_up_with_a_table_nothing_plans_from_or_that_is_no_table(ws: Workspace) -> None:
+    planned = EXAMPLE.with_name("reference-cpu-planned.yaml")
+    missing = ws.root / "missing.json"
+    assert one_error(ws.run("up", "-f", str(planned), "--perf-table", str(missing)), 2) == (
+        f"error: --perf-table: cannot read performance table {missing}: No such file or directory"
+    )
+    wrong = ws.file("wrong.json", '{"format": "tandem.perf-table/v1"}')
+    line = one_error(ws.run("up", "-f", str(planned), "--perf-table", str(wrong)), 2)
+    assert line.startswith(f"error: --perf-table: performance table {wrong}: "), line
+    assert one_error(ws.run("up", "-f", str(EXAMPLE), "--perf-table", str(wrong)), 2) == (
+        "error: --perf-table: spec.planning.mode is off, so nothing plans from a table (set "
+        "it to check or auto)"
+    )
+    assert not (ws.home / "clusters").exists()  # nothing was started or recorded
+
+
 @pytest.fixture
 def listener() -> Iterator[int]:
     with socket.socket() as sock:

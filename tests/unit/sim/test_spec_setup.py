@@ -90,7 +90,8 @@ def test_without_a_table_the_refusal_says_how_to_measure_one() -> None:
     assert str(refused.value) == (
         "engine.kind: the reference engine has no step-time database; measure it where its "
         "workers run with `tandem profile -f FILE -o table.json`, then plan with "
-        "`tandem plan -f FILE --perf-table table.json ...`"
+        "`tandem plan -f FILE --perf-table table.json ...` (or start it planned with "
+        "`tandem up -f FILE --perf-table table.json`)"
     )
 
 

@@ -67,7 +67,9 @@ def test_rows_differ_only_in_routing_and_offload(tmp_path: Path) -> None:
 
 
 def _result(index: int, ttft: float, computed: float, answer: str = "ok") -> RowResult:
-    counts = WorkerCounts({"computed": computed, "cache": 10.0}, {}, {"host": 3.0})
+    # Computing a token takes 1 ms; a 16-token host block comes back in 1.6 ms.
+    seconds = {"computed": computed / 1000, "host": 3 * 0.0016}
+    counts = WorkerCounts({"computed": computed, "cache": 10.0}, {}, {"host": 3.0}, seconds)
     samples = [(turn, ttft) for turn in range(2) for _ in range(3)]
     return RowResult(ROWS[index], samples, 600, 990, counts, [[answer, "ok"] for _ in range(3)])
 
@@ -82,6 +84,10 @@ def test_the_report_judges_both_targets_and_the_answers() -> None:
     assert "Offload against none (both KV routing): TTFT p50 2.50x" in text
     assert "TTFT p50 1.50x" in text and "is not met here" in text and "is met here" in text
     assert "3 of 6 differ" in text
+    assert (
+        "Per prompt token, KV routing, offload's workers measured computing it at 1,000.0 µs, "
+        "from host 100.0 µs (worth 0.90 of a computed token to the router)."
+    ) in text
     assert "Greedy answers differ from the first row's in: round-robin, offload." in text
     assert RoutingPolicy.ROUND_ROBIN in {row.routing for row in ROWS}
 
