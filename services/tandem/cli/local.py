@@ -8,8 +8,10 @@ import json
 import sys
 from pathlib import Path
 
+from tandem.api.v1alpha1 import InferenceCluster, PlanningMode
 from tandem.api.validate import ManifestError, load_inference_cluster
 from tandem.cli.manifest_files import print_manifest_errors
+from tandem.perf.table import load_perf_table
 from tandem.runtime.launcher import LaunchError, detach, down, run_foreground
 from tandem.runtime.plan import WORKER_MODULE
 from tandem.runtime.preflight import local_run_errors
@@ -37,6 +39,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a bad tracing flag
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        perf_table = read_perf_table(args.perf_table, cluster)
+    except ValueError as exc:
+        print(f"error: --perf-table: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     port = cluster.spec.frontend.port if args.port is None else args.port
     module = args.worker_module
     if not _importable(module):
@@ -48,18 +55,34 @@ def cmd_up(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         if args.detach:
+            table = ["--perf-table", str(Path(args.perf_table).resolve())] if perf_table else []
             return detach(
                 Path(args.filename).resolve(),
                 cluster,
                 port=port,
                 progress=_say,
                 worker_module=module,
-                extra_argv=tracing_argv(args),
+                extra_argv=[*tracing_argv(args), *table],
             )
-        return run_foreground(cluster, port=port, progress=_say, worker_module=module)
+        return run_foreground(
+            cluster, port=port, progress=_say, worker_module=module, perf_table=perf_table
+        )
     except LaunchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+
+
+def read_perf_table(path: str | None, cluster: InferenceCluster) -> str | None:
+    """The text of the step-time table at ``path`` (None: none given), once it is known
+    to be one and something plans from it; ValueError says why not."""
+    if path is None:
+        return None
+    if cluster.spec.planning.mode is PlanningMode.OFF:
+        raise ValueError(
+            "spec.planning.mode is off, so nothing plans from a table (set it to check or auto)"
+        )
+    load_perf_table(path)  # a PerfTableError (a ValueError) names the file and the field
+    return Path(path).read_text()
 
 
 START_ONE = "start one with `tandem up -f FILE --detach`"
@@ -140,6 +163,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="MODULE",
         help=f"run each worker as `python -m MODULE` (default {WORKER_MODULE}): another "
         "program serving Tandem's worker gRPC API (docs/architecture.md, Another worker program)",
+    )
+    p.add_argument(
+        "--perf-table",
+        metavar="FILE",
+        help="step times measured by `tandem profile`: what spec.planning plans a reference "
+        "engine from (docs/simulated-engine.md)",
     )
     add_tracing_flags(p)
     p.set_defaults(handler=cmd_up)

@@ -1,5 +1,5 @@
-"""``python -m tandem.runtime -f FILE [--port N] [--otlp-endpoint URL]``: a foreground
-supervisor (what ``tandem up --detach`` starts in the background)."""
+"""``python -m tandem.runtime -f FILE [--port N] [--perf-table T] [--otlp-endpoint URL]``: a
+foreground supervisor (what ``tandem up --detach`` starts in the background)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-f", "--filename", required=True, type=Path)
     parser.add_argument("--port", type=int, default=None)
     parser.add_argument("--worker-module", default=WORKER_MODULE, help="worker program")
+    parser.add_argument("--perf-table", type=Path, help="step-time table plans are made from")
     add_tracing_flags(parser)
     args = parser.parse_args(argv)
     try:
@@ -29,8 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             port=port,
             progress=lambda line: print(line, flush=True),
             worker_module=args.worker_module,
+            perf_table=args.perf_table.read_text() if args.perf_table else None,
         )
-    except (ManifestError, LaunchError, ValueError) as exc:
+    except (ManifestError, LaunchError, ValueError, OSError) as exc:
         print(f"error: {exc}", flush=True)
         return 2
 

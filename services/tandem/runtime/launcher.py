@@ -4,6 +4,7 @@ stop one recorded in its state directory."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -32,6 +33,7 @@ from tandem.runtime.state import (
 )
 from tandem.runtime.supervisor import StartupError, Supervisor
 from tandem.security import CredentialStore, Identity, identity_dir
+from tandem.sim.plan_process import plan_in_child
 
 Progress = Callable[[str], None]
 
@@ -126,14 +128,18 @@ def run_foreground(
     home: Path | None = None,
     startup_timeout_s: float = 600.0,
     worker_module: str = WORKER_MODULE,
+    perf_table: str | None = None,
 ) -> int:
-    """Start the cluster, serve until Ctrl-C/SIGTERM, then stop everything. Exit code."""
+    """Start the cluster, serve until Ctrl-C/SIGTERM, then stop everything. Exit code.
+    ``perf_table``: the text of the step-time table its plans are made from (``tandem
+    profile``'s, for the reference engine)."""
     name = cluster.metadata.name
     directory = _claim_state_dir(name, home)
     written = cluster
     planned: PlanStatus | None = None
+    planner = functools.partial(plan_in_child, perf_table=perf_table)
     if plans(cluster):  # before anything starts: the processes are the plan's
-        planned, cluster = plan_at_start(written, progress=progress)
+        planned, cluster = plan_at_start(written, progress=progress, plan=planner)
     plan = plan_local(
         cluster,
         state_dir=directory,
@@ -166,6 +172,7 @@ def run_foreground(
                 frontend_url=plan.endpoint.removesuffix("/v1"),
                 state_dir=directory,
                 on_reshape=autoscaler.reconfigure if autoscaler is not None else lambda c: None,
+                plan_function=planner,
                 progress=progress,
                 credentials=CredentialStore(identity_dir(plan.credentials_dir, Identity.FRONTEND)),
             )
@@ -231,7 +238,7 @@ def detach(
     extra_argv: Sequence[str] = (),
 ) -> int:
     """Start a supervisor in the background; relay its progress until ready or failed.
-    ``extra_argv``: more of ``python -m tandem.runtime``'s flags (tracing)."""
+    ``extra_argv``: more of ``python -m tandem.runtime``'s flags (tracing, a table)."""
     name = cluster.metadata.name
     directory = _claim_state_dir(name, home)
     if port:  # refuse a taken port here, in one line, rather than in the background's log

@@ -79,7 +79,8 @@ def _compute_measured_setup(
         raise PlanSpecError(
             "engine.kind: the reference engine has no step-time database; measure it where "
             "its workers run with `tandem profile -f FILE -o table.json`, then plan with "
-            "`tandem plan -f FILE --perf-table table.json ...`"
+            "`tandem plan -f FILE --perf-table table.json ...` (or start it planned with "
+            "`tandem up -f FILE --perf-table table.json`)"
         )
     worker = table.worker
     if worker is None:
