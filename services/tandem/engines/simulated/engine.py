@@ -289,7 +289,11 @@ class SimulatedEngine:
         # reference engine counts it.
         self._prefill_seconds += modelled * prompt_tokens / (prompt_tokens + len(rows))
         for rid, _ in work:
-            # A hit's blocks come back from the tiers before its first chunk runs.
+            # A hit's blocks come back from the tiers before its first chunk runs, and
+            # the whole step waits for them: TensorRT-LLM copies them on its own stream
+            # (KVCacheTransferManager's onboard stream), but syncTransfers makes the
+            # compute stream wait for that stream before the step (checked in
+            # cpp/tensorrt_llm/batch_manager/kvCacheTransferManager.cpp, 2025 sources).
             modelled += self._sequences[rid].onboard_s
             self._sequences[rid].onboard_s = 0.0
         outputs = [self._decode(rid) for rid in rows]
