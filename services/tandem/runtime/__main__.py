@@ -20,6 +20,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=None)
     parser.add_argument("--worker-module", default=WORKER_MODULE, help="worker program")
     parser.add_argument("--perf-table", type=Path, help="step-time table plans are made from")
+    parser.add_argument(
+        "--detached",
+        action="store_true",
+        help="started by `tandem up --detach`, which says where the endpoint is",
+    )
     add_tracing_flags(parser)
     args = parser.parse_args(argv)
     try:
@@ -31,6 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress=lambda line: print(line, flush=True),
             worker_module=args.worker_module,
             perf_table=args.perf_table.read_text() if args.perf_table else None,
+            detached=args.detached,
         )
     except (ManifestError, LaunchError, ValueError, OSError) as exc:
         print(f"error: {exc}", flush=True)

@@ -129,10 +129,12 @@ def run_foreground(
     startup_timeout_s: float = 600.0,
     worker_module: str = WORKER_MODULE,
     perf_table: str | None = None,
+    detached: bool = False,
 ) -> int:
     """Start the cluster, serve until Ctrl-C/SIGTERM, then stop everything. Exit code.
     ``perf_table``: the text of the step-time table its plans are made from (``tandem
-    profile``'s, for the reference engine)."""
+    profile``'s, for the reference engine). ``detached``: started by ``detach``, which
+    tells the user where the endpoint is (and how to stop it) itself."""
     name = cluster.metadata.name
     directory = _claim_state_dir(name, home)
     written = cluster
@@ -196,8 +198,9 @@ def run_foreground(
     with _stop_on_signals():
         try:
             supervisor.start(before_running=start_hooks)
-            progress(f"endpoint: {plan.endpoint}  (Ctrl-C or `tandem down --name {name}`)")
-            progress(KEYLESS_NOTE)
+            if not detached:
+                progress(f"endpoint: {plan.endpoint}  (Ctrl-C or `tandem down --name {name}`)")
+                progress(KEYLESS_NOTE)
             if autoscaler is not None:
                 supervisor.tick_hooks.append(autoscaler)
                 interval = cluster.spec.autoscaling.interval_seconds
@@ -261,6 +264,7 @@ def detach(
                 str(port),
                 "--worker-module",
                 worker_module,
+                "--detached",
                 *extra_argv,
             ],
             stdin=subprocess.DEVNULL,
