@@ -115,8 +115,10 @@ def test_up_detach_status_openai_down(tmp_path: Path, home: Path) -> None:
     assert up.returncode == 0, up.stdout + up.stderr
     assert "prefill-1" in up.stdout and "endpoint: http://127.0.0.1:" in up.stdout
     assert "no API keys: the endpoint listens on 127.0.0.1 only" in up.stdout
-    # Said once, with how to stop a detached cluster (Ctrl-C no longer reaches it).
+    # Said once, with how to stop a detached cluster (Ctrl-C no longer reaches it); and
+    # the supervisor's "ready" line is relayed before `up` returns.
     assert up.stdout.count("endpoint: ") == 1 and "Ctrl-C" not in up.stdout, up.stdout
+    assert f"ready: http://127.0.0.1:{port}/v1" in up.stdout, up.stdout
 
     status = tandem(home, "status", "--json")
     assert status.returncode == 0, status.stderr

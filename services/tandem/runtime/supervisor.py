@@ -136,9 +136,11 @@ class Supervisor:
                 raise StartupError("the frontend never became ready (see logs/frontend.log)")
             time.sleep(_POLL_S)
         before_running()
+        # Said before it is recorded: `tandem up --detach` stops relaying this log once
+        # the state says running, so the line must be in the log by then.
+        self._progress(f"ready: {plan.endpoint}")
         self._phase = Phase.RUNNING
         self._save()
-        self._progress(f"ready: {plan.endpoint}")
 
     def supervise(self, should_stop: Callable[[], bool], interval_s: float = 0.5) -> None:
         """Restart dead children and run tick hooks until ``should_stop()``."""
