@@ -157,6 +157,14 @@ class EngineStats:
         }
 
 
+def compute_prompt_share(step_seconds: float, prompt_tokens: int, step_tokens: int) -> float:
+    """The part of a step's time that ``EngineStats.prefill_seconds`` counts: the step's
+    time shared by its ``step_tokens`` tokens (a decode row is one), ``prompt_tokens`` of
+    them prompt tokens computed. Every engine counts alike, so that routers can weigh
+    one worker's figures against another's."""
+    return step_seconds * prompt_tokens / step_tokens if prompt_tokens else 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class EngineInfo:
     """Static facts about a loaded model, shared with routers and planners."""

@@ -37,6 +37,7 @@ from tandem.engines.base import (
     PrefillResult,
     SamplingParams,
     StepOutput,
+    compute_prompt_share,
 )
 from tandem.engines.priority import holds_prompts, prefill_order, step_token_budget
 from tandem.engines.reference.config import ReferenceModelConfig
@@ -300,7 +301,10 @@ class ReferenceEngine:
             )
         started = time.perf_counter()
         logits = iter(self.model.forward_batch(segments))
-        self._count_prefill_time(work, time.perf_counter() - started)
+        prompt = sum(len(p) for _, s, p in work if s.state is SequenceState.PREFILLING)
+        self._prefill_seconds += compute_prompt_share(
+            time.perf_counter() - started, prompt, sum(len(p) for _, _, p in work)
+        )
         outputs = []
         for (rid, sequence, positions), segment in zip(work, segments, strict=True):
             sequence.computed = positions.stop
@@ -314,14 +318,6 @@ class ReferenceEngine:
             if segment.wants_logits:
                 outputs.append(self._sample(rid, sequence, next(logits)))
         return outputs
-
-    def _count_prefill_time(
-        self, work: list[tuple[str, Sequence, range]], step_seconds: float
-    ) -> None:
-        """The prompt tokens' share of a step's time, by tokens (a decode row is one)."""
-        prompt = sum(len(p) for _, s, p in work if s.state is SequenceState.PREFILLING)
-        if prompt:
-            self._prefill_seconds += step_seconds * prompt / sum(len(p) for _, _, p in work)
 
     def _sample(self, request_id: str, sequence: Sequence, logits: np.ndarray) -> StepOutput:
         params = sequence.sampling

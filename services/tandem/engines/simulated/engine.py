@@ -37,6 +37,7 @@ from tandem.engines.base import (
     PrefillResult,
     SamplingParams,
     StepOutput,
+    compute_prompt_share,
 )
 from tandem.engines.priority import (
     admission_order,
@@ -285,9 +286,9 @@ class SimulatedEngine:
             contexts, [Chunk(self._sequences[rid].computed, n) for rid, n in work]
         )
         prompt_tokens = sum(n for _, n in work)
-        # The prompt tokens' share of the step, by tokens (a decode row is one), as the
-        # reference engine counts it.
-        self._prefill_seconds += modelled * prompt_tokens / (prompt_tokens + len(rows))
+        self._prefill_seconds += compute_prompt_share(
+            modelled, prompt_tokens, prompt_tokens + len(rows)
+        )
         for rid, _ in work:
             # A hit's blocks come back from the tiers before its first chunk runs, and
             # the whole step waits for them: TensorRT-LLM copies them on its own stream
