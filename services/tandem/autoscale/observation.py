@@ -38,7 +38,7 @@ class PoolObservation:
     ready_replicas: int
     starting_replicas: int = 0
     unschedulable_replicas: int = 0
-    queued_requests: int = 0
+    queued_requests: float = 0
     queued_tokens: int = 0
     diverted_prefill_tokens: int = 0
     active_sequences: float = 0

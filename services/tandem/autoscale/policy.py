@@ -68,6 +68,7 @@ class PolicyState:
     prompt_tokens_per_second: SignalEstimate | None = None
     requests_per_second: SignalEstimate | None = None
     active_sequences: SignalEstimate | None = None
+    queued_requests: SignalEstimate | None = None
     kv_utilization: SignalEstimate | None = None
     # Since when the load has been nil without a break (None: it is not).
     idle_since: float | None = None
@@ -115,7 +116,7 @@ def decide(
     last = state.recommendations[-1].at if state.recommendations else None
     elapsed = now - last if last is not None and now > last else config.interval_seconds
     estimates = _estimate(config, observation, state, elapsed)
-    effective = _apply(observation, estimates, state)
+    effective = _apply(config, observation, estimates, state)
     raw, signal = compute_raw_replicas(config, effective)
     wanted = compute_recommendation(raw, current, config.tolerance)
     if state.climbing_to is not None and raw > current:
@@ -144,7 +145,10 @@ def decide(
     if desired != stepped:
         limited_by = LimitedBy.MAX_REPLICAS if desired < stepped else LimitedBy.MIN_REPLICAS
 
-    idle_since = _idle_since(state.idle_since, signal, now)
+    # Idle is a fact, not an estimate: nothing queued, active or arriving right now
+    # (the smoothed signals only approach zero).
+    _, signal_now = compute_raw_replicas(config, observation)
+    idle_since = _idle_since(state.idle_since, signal_now, now)
     if keeps_last_worker(config, current, desired, idle_since, now=now):
         desired = 1
         limited_by = LimitedBy.IDLE_WINDOW
@@ -180,6 +184,7 @@ def decide(
         prompt_tokens_per_second=estimates.prompt_tokens_per_second,
         requests_per_second=estimates.requests_per_second,
         active_sequences=estimates.active_sequences,
+        queued_requests=estimates.queued_requests,
         kv_utilization=estimates.kv_utilization,
         idle_since=idle_since,
     )
@@ -220,20 +225,35 @@ class _Estimates:
     prompt_tokens_per_second: SignalEstimate | None
     requests_per_second: SignalEstimate | None
     active_sequences: SignalEstimate | None
+    queued_requests: SignalEstimate | None
     kv_utilization: SignalEstimate | None
 
 
 def _estimate(
     config: ScalingConfig, o: PoolObservation, state: PolicyState, elapsed: float
 ) -> _Estimates:
-    def smooth(latest: float | None, estimate: SignalEstimate | None) -> SignalEstimate | None:
-        return compute_smoothed_signal(latest, estimate, config, elapsed_seconds=elapsed)
+    def smooth(
+        latest: float | None, estimate: SignalEstimate | None, counts_per_unit: float | None
+    ) -> SignalEstimate | None:
+        return compute_smoothed_signal(
+            latest, estimate, config, elapsed_seconds=elapsed, counts_per_unit=counts_per_unit
+        )
 
+    # Decode's signals count sequences and requests: a few of them on average jump by
+    # 2x or more from sample to sample, and only a jump beyond that noise is a burst.
+    # The decode queue is smoothed like the sequences it adds to; prefill's queue is
+    # its backlog, taken as it is (the drain term).
+    decode = config.role is PoolRole.DECODE
     return _Estimates(
-        prompt_tokens_per_second=smooth(o.prompt_tokens_per_second, state.prompt_tokens_per_second),
-        requests_per_second=smooth(o.requests_per_second, state.requests_per_second),
-        active_sequences=smooth(float(o.active_sequences), state.active_sequences),
-        kv_utilization=smooth(o.kv_utilization, state.kv_utilization),
+        prompt_tokens_per_second=smooth(
+            o.prompt_tokens_per_second, state.prompt_tokens_per_second, None
+        ),
+        requests_per_second=smooth(o.requests_per_second, state.requests_per_second, elapsed),
+        active_sequences=smooth(float(o.active_sequences), state.active_sequences, 1.0),
+        queued_requests=(
+            smooth(float(o.queued_requests), state.queued_requests, 1.0) if decode else None
+        ),
+        kv_utilization=smooth(o.kv_utilization, state.kv_utilization, None),
     )
 
 
@@ -241,15 +261,19 @@ def _value(estimate: SignalEstimate | None) -> float | None:
     return None if estimate is None else estimate.value
 
 
-def _apply(o: PoolObservation, estimates: _Estimates, state: PolicyState) -> PoolObservation:
+def _apply(
+    config: ScalingConfig, o: PoolObservation, estimates: _Estimates, state: PolicyState
+) -> PoolObservation:
     """The observation with smoothed signals and the remembered decode time."""
     mean_decode = o.mean_decode_seconds
+    queued = _value(estimates.queued_requests)
     return replace(
         o,
         mean_decode_seconds=mean_decode if mean_decode is not None else state.mean_decode_seconds,
         prompt_tokens_per_second=_value(estimates.prompt_tokens_per_second),
         requests_per_second=_value(estimates.requests_per_second),
         active_sequences=_value(estimates.active_sequences) or 0.0,
+        queued_requests=o.queued_requests if queued is None else queued,
         kv_utilization=_value(estimates.kv_utilization) or 0.0,
     )
 
@@ -367,7 +391,7 @@ def _message(
             load += f", {o.prompt_tokens_per_second:.0f} prompt tokens/s arriving"
     else:
         load = (
-            f"{o.active_sequences:.0f} active + {o.queued_requests} queued sequences, "
+            f"{o.active_sequences:.1f} active + {o.queued_requests:.1f} queued sequences, "
             f"KV {o.kv_utilization:.0%}"
         )
         if o.requests_per_second is not None and o.mean_decode_seconds is not None:

@@ -67,14 +67,28 @@ def compute_recommendation(raw: float, current: int, tolerance: float) -> int:
     return current
 
 
+# How far a step must stand out from counting noise: the gap between the counts
+# before and after, in standard deviations of Poisson noise (Skellam: the variance of
+# a difference of two counts is their sum). Three: a false step about once in a
+# thousand samples.
+NOISE_STANDARD_DEVIATIONS = 3.0
+
+
 @dataclass(frozen=True, slots=True)
 class SignalEstimate:
-    """A smoothed load signal, the last raw sample, and how many samples it has
-    averaged since the last step (a fresh level is averaged evenly at first)."""
+    """A smoothed load signal, the last raw sample, how many samples it has averaged
+    since the last step (a fresh level is averaged evenly at first), and the run of
+    latest samples beyond the band on one side: how many, their sum, the seconds they
+    span and the estimate before the first of them (the evidence for a step, and what
+    it is weighed against)."""
 
     value: float
     last_sample: float
     samples: int = 1
+    run: int = 0
+    run_sum: float = 0.0
+    run_base: float = 0.0
+    run_seconds: float = 0.0
 
 
 def compute_smoothed_signal(
@@ -83,6 +97,7 @@ def compute_smoothed_signal(
     config: ScalingConfig,
     *,
     elapsed_seconds: float,
+    counts_per_unit: float | None = None,
 ) -> SignalEstimate | None:
     """A load signal's estimate after a sample ``elapsed_seconds`` after the last one
     (an interval, or less for a round taken early: ``early.py``).
@@ -92,26 +107,65 @@ def compute_smoothed_signal(
     and a pool must not follow that. A step is taken at once instead when it is a
     burst starting or ending rather than noise: a change by a factor of more than
     ``1 + 2 x jump`` (up, or down by the same factor), or of more than ``1 + jump`` in
-    the same direction twice in a row. After a step, the new level is the plain mean
-    of its samples until that would move slower than the exponential average. An
-    unknown value (a counter reset) keeps the estimate."""
+    the same direction twice or more in a row. The new level is the mean of that run
+    of samples, then the plain mean of its samples until that would move slower than
+    the exponential average.
+
+    ``counts_per_unit`` says the signal counts things (sequences: 1; requests per
+    second over an interval: its seconds). Then a step must also stand out from
+    counting noise by ``NOISE_STANDARD_DEVIATIONS``: at 0.85 sequences on average a
+    sample of 5 is noise (doubling means little at small counts), so is one of 0,
+    while 10 sequences going to 30, or 16 requests an interval going to 50, is a
+    burst. A run that keeps going collects evidence: 0.85 sequences going to none is
+    taken as a step after 11 empty samples, or ``smoothing_seconds`` of them, whichever
+    comes first. An unknown value (a counter reset) keeps the estimate."""
     if latest is None:
         return estimate
     if estimate is None:
         return SignalEstimate(latest, latest)
     current = estimate.value
     change = _log_ratio(latest, current)
-    before = _log_ratio(estimate.last_sample, current)
-    step = math.log1p(config.jump)
+    band = math.log1p(config.jump)
+    # The run goes on while samples stay beyond the band, on its side, around the
+    # level it left (the average meanwhile drifts toward them); else one may start.
+    rising = estimate.run_sum > estimate.run * estimate.run_base
+    run = (0, 0.0, current, 0.0)
+    if estimate.run > 0 and _beyond(latest, estimate.run_base, band, rising=rising):
+        run = (
+            estimate.run + 1,
+            estimate.run_sum + latest,
+            estimate.run_base,
+            estimate.run_seconds + elapsed_seconds,
+        )
+    elif abs(change) > band:
+        run = (1, latest, current, elapsed_seconds)
+    count, total, base, seconds = run
     big = abs(change) > math.log1p(2 * config.jump)
-    sustained = abs(change) > step and abs(before) > step and (change > 0) == (before > 0)
-    if big or sustained:
-        return SignalEstimate(latest, latest)
+    # Nothing for a whole smoothing time: the level is zero, however few counts it was
+    # (an exponential average would only approach it).
+    emptied = total == 0 and seconds >= config.smoothing_seconds
+    if (big or count >= 2) and (emptied or _stands_out(total, count * base, counts_per_unit)):
+        return SignalEstimate(total / count, latest, count)
     # A new level is learned as a plain mean of its samples until that mean would
     # move slower than the exponential average does.
     samples = estimate.samples + 1
     weight = max(1.0 / samples, 1.0 - math.exp(-elapsed_seconds / config.smoothing_seconds))
-    return SignalEstimate(current + weight * (latest - current), latest, samples)
+    return SignalEstimate(current + weight * (latest - current), latest, samples, *run)
+
+
+def _beyond(value: float, level: float, band: float, *, rising: bool) -> bool:
+    change = _log_ratio(value, level)
+    return change > band if rising else change < -band
+
+
+def _stands_out(observed: float, expected: float, counts_per_unit: float | None) -> bool:
+    """Whether ``observed`` (a sum of samples) differs from ``expected`` (the estimate
+    over as many samples) by more than counting noise; always, for a signal that does
+    not count."""
+    if counts_per_unit is None:
+        return True
+    seen, usual = observed * counts_per_unit, expected * counts_per_unit
+    return abs(seen - usual) > NOISE_STANDARD_DEVIATIONS * math.sqrt(seen + usual)
 
 
 def _log_ratio(value: float, reference: float) -> float:

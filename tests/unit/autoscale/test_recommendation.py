@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import replace
 from typing import Any
 
@@ -174,8 +175,11 @@ def step(latest: float | None, estimate: SignalEstimate | None) -> SignalEstimat
 
 
 def _estimate(value: float, last: float | None = None) -> SignalEstimate:
-    """A long-settled estimate (many samples since its last step)."""
-    return SignalEstimate(value, value if last is None else last, samples=100)
+    """A long-settled estimate (many samples since its last step) whose last sample was
+    ``last``: a run of one when that lies beyond the band."""
+    if last is None or abs(math.log(last / value)) <= math.log1p(SMOOTH.jump):
+        return SignalEstimate(value, value if last is None else last, samples=100)
+    return SignalEstimate(value, last, samples=100, run=1, run_sum=last, run_base=value)
 
 
 @pytest.mark.parametrize(
@@ -187,8 +191,8 @@ def _estimate(value: float, last: float | None = None) -> SignalEstimate:
         (210.0, _estimate(100.0), 210.0),  # more than double: a burst starts
         (0.0, _estimate(100.0), 0.0),  # a burst ends
         (5.0, _estimate(0.0), 5.0),  # anything after silence
-        (160.0, _estimate(100.0, last=170.0), 160.0),  # +50%..100% twice: a step
-        (60.0, _estimate(100.0, last=62.0), 60.0),  # below 1/1.5 twice
+        (160.0, _estimate(100.0, last=170.0), 165.0),  # +50%..100% twice: a step to the mean
+        (60.0, _estimate(100.0, last=62.0), 61.0),  # below 1/1.5 twice
         (45.0, _estimate(100.0), 45.0),  # below half: at once
         (160.0, _estimate(100.0), 100 + WEIGHT * 60),  # once: could be noise
         (160.0, _estimate(100.0, last=40.0), 100 + WEIGHT * 60),  # opposite directions
@@ -235,3 +239,100 @@ def test_a_new_level_is_averaged_evenly_at_first() -> None:
     assert estimate is not None
     assert estimate.value == pytest.approx(280.0)
     assert estimate.samples == 3
+
+
+def counted(
+    latest: float, estimate: SignalEstimate | None, counts_per_unit: float = 1.0
+) -> SignalEstimate:
+    """The estimate after one more interval's sample of a signal that counts."""
+    got = compute_smoothed_signal(
+        latest, estimate, SMOOTH, elapsed_seconds=INTERVAL, counts_per_unit=counts_per_unit
+    )
+    assert got is not None
+    return got
+
+
+@pytest.mark.parametrize(
+    ("latest", "level", "counts_per_unit", "stepped"),
+    [
+        # 3 sigma of the difference of two counts: |a - b| > 3 sqrt(a + b).
+        (5.0, 0.85, 1.0, False),  # 4.15 < 7.3: Poisson(0.85) shows a 5 now and then
+        (3.0, 0.85, 1.0, False),  # "2 active + 1 queued" at 0.85 on average
+        (30.0, 10.0, 1.0, True),  # 20 > 18.97: ten sequences tripled
+        (25.0, 10.0, 1.0, False),  # 15 < 17.7: x2.5 of ten may still be noise
+        (0.0, 20.0, 1.0, True),  # twenty sequences gone at once
+        (0.0, 5.0, 1.0, False),  # five gone: maybe a lull
+        (10.0, 3.3, 5.0, True),  # requests/s over 5 s: 16.5 -> 50 requests
+        (10.0, 3.3, 1.0, False),  # the same rate over 1 s: 3.3 -> 10 requests
+    ],
+)
+def test_a_step_of_a_count_must_stand_out_from_counting_noise(
+    latest: float, level: float, counts_per_unit: float, stepped: bool
+) -> None:
+    got = counted(latest, _estimate(level), counts_per_unit)
+    assert (got.value == latest) is stepped
+    if not stepped:
+        assert got.value == pytest.approx(level + WEIGHT * (latest - level))
+
+
+@pytest.mark.parametrize(
+    ("level", "empty_samples"),
+    [
+        (2.0, 5),  # k empty samples stand out from Poisson(2) once 2 k > 9
+        (0.85, 6),  # never before 11, but 30 s (the smoothing time) of nothing is zero
+        (20.0, 1),  # twenty gone at once
+    ],
+)
+def test_a_run_of_empty_samples_steps_to_zero_once_it_is_evidence(
+    level: float, empty_samples: int
+) -> None:
+    estimate = _estimate(level)
+    for sample in range(1, empty_samples + 1):
+        estimate = counted(0.0, estimate)
+        assert (estimate.value == 0.0) is (sample == empty_samples), sample
+
+
+def test_a_run_is_broken_by_a_sample_back_inside_the_band() -> None:
+    estimate = _estimate(2.0)
+    for _ in range(4):
+        estimate = counted(0.0, estimate)
+    estimate = counted(2.0, estimate)  # the evidence starts over
+    estimate = counted(0.0, estimate)
+    assert estimate.value > 0
+
+
+def test_a_sustained_rise_of_a_count_steps_to_its_mean() -> None:
+    # 10 -> 20 (x2, 10 < 3 sqrt(30)): noise once; twice (40 vs 20: 20 < 3 sqrt(60))
+    # still; three times 60 vs 30: 30 > 3 sqrt(90) = 28.5.
+    estimate = _estimate(10.0)
+    for _ in range(2):
+        estimate = counted(20.0, estimate)
+        assert estimate.value < 20
+    estimate = counted(20.0, estimate)
+    assert estimate == SignalEstimate(20.0, 20.0, 3)
+
+
+def _poisson(rng: random.Random, mean: float) -> int:
+    """Knuth's method: exact for the small means these tests use."""
+    limit, count, product = math.exp(-mean), 0, rng.random()
+    while product >= limit:
+        count, product = count + 1, product * rng.random()
+    return count
+
+
+def test_counting_noise_at_small_counts_is_not_followed() -> None:
+    # What scaled steady chat up: ~0.85 active sequences against a target of 2. Counted,
+    # the estimate stays near the mean; taken as a plain signal it leaps to each 4 or 5.
+    rng = random.Random(7)
+    samples = [float(_poisson(rng, 0.85)) for _ in range(2000)]
+    counted_estimate: SignalEstimate | None = None
+    plain_estimate: SignalEstimate | None = None
+    counted_peak = plain_peak = 0.0
+    for index, sample in enumerate(samples):
+        counted_estimate = counted(sample, counted_estimate)
+        plain_estimate = step(sample, plain_estimate)
+        assert plain_estimate is not None
+        if index >= 20:
+            counted_peak = max(counted_peak, counted_estimate.value)
+            plain_peak = max(plain_peak, plain_estimate.value)
+    assert counted_peak < 2.5 < 4 <= plain_peak
