@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from tandem.api.v1alpha1 import InferenceCluster
@@ -22,6 +23,8 @@ from tandem.sim.plot import PlotUnavailableError, plot_recommendation
 from tandem.sim.scaling_targets import (
     HEADROOM,
     Capacity,
+    compute_decode_load,
+    compute_prefill_load,
     compute_scaling_targets,
     find_capacity,
 )
@@ -168,30 +171,29 @@ def format_recommendation(
             f"{chosen.requests} simulated requests judged",
             f"  {_counted(len(result.evaluated), 'deployment')} simulated; none with fewer GPUs "
             "meets the SLO",
-            *_format_targets(result.workload, capacity, min_prefill_tokens),
+            *_format_targets(Capacity(result.workload, chosen), capacity, min_prefill_tokens),
         ]
     )
 
 
-def _format_targets(planned: Workload, capacity: Capacity, min_prefill_tokens: int) -> list[str]:
-    """The spec values that keep the autoscaler within the SLO (``scaling_targets``)."""
-    targets = compute_scaling_targets(capacity, min_prefill_tokens)
-    workload, c = capacity.workload, capacity.evaluation.candidate
-    within = (
-        f"{HEADROOM:g} x {workload.rate:g} req/s (the most it serves within the SLO, "
-        f"{workload.rate / planned.rate:.2g}x the planned rate)"
-    )
+def _format_targets(planned: Capacity, capacity: Capacity, min_prefill_tokens: int) -> list[str]:
+    """The spec values that keep the autoscaler within the SLO (``scaling_targets``),
+    each with the load it was taken from."""
+    targets = compute_scaling_targets(capacity, planned, min_prefill_tokens)
+    c = capacity.evaluation.candidate
     lines = ["  autoscaling targets (spec):"]
     if targets.prefill_tokens_per_second_per_replica is not None:
+        point = _basis(compute_prefill_load, planned, capacity)
         lines.append(
             f"    autoscaling.prefill.targetTokensPerSecondPerReplica: "
-            f"{targets.prefill_tokens_per_second_per_replica}  # {within} x "
-            f"{workload.isl} tokens / {_workers(c.prefill, 'prefill')}"
+            f"{targets.prefill_tokens_per_second_per_replica}  # {_at(point, planned, capacity)} x "
+            f"{point.workload.isl} tokens / {_workers(c.prefill, 'prefill')}"
         )
+    point = _basis(compute_decode_load, planned, capacity)
     lines.append(
         f"    autoscaling.decode.targetActiveSequencesPerReplica: "
-        f"{targets.decode_active_sequences_per_replica}  # {within} x "
-        f"{capacity.evaluation.mean_decode_seconds:.2f} s decoding / "
+        f"{targets.decode_active_sequences_per_replica}  # {_at(point, planned, capacity)} x "
+        f"{point.evaluation.mean_decode_pool_seconds:.2f} s queued or decoding / "
         f"{_workers(c.decode, 'decode')}"
     )
     if targets.max_prefill_wait_seconds is not None:
@@ -200,6 +202,22 @@ def _format_targets(planned: Workload, capacity: Capacity, min_prefill_tokens: i
             f"{targets.max_prefill_wait_seconds:g}  # the TTFT target"
         )
     return lines
+
+
+def _basis(load: Callable[[Capacity], float], planned: Capacity, capacity: Capacity) -> Capacity:
+    """The point a target was taken from: capacity with headroom, or the planned rate
+    where that is more (``compute_scaling_targets``)."""
+    return capacity if HEADROOM * load(capacity) >= load(planned) else planned
+
+
+def _at(point: Capacity, planned: Capacity, capacity: Capacity) -> str:
+    rate = point.workload.rate
+    if point is planned and point is not capacity:
+        return f"{rate:g} req/s (the planned rate: {HEADROOM:g}x the most it serves is less)"
+    return (
+        f"{HEADROOM:g} x {rate:g} req/s (the most it serves within the SLO, "
+        f"{rate / planned.workload.rate:.2g}x the planned rate)"
+    )
 
 
 def _workers(count: int, pool: str) -> str:

@@ -176,6 +176,10 @@ class Evaluation:
     meets: bool
     # First token to last, averaged over the judged requests.
     mean_decode_seconds: float
+    # How long the decode pool's router counts a request, queued or active (what its
+    # autoscaler sizes by): from arrival when the decode worker prefills it too, from the
+    # first token when the prefill pool does; averaged over the judged requests.
+    mean_decode_pool_seconds: float
     # Set when the run stopped once the SLO was missed for sure: the figures above then
     # cover only the requests finished by then.
     stopped: str | None = None
@@ -320,7 +324,9 @@ def _summarize(
 ) -> Evaluation:
     if not judged:
         worst = Percentiles(math.inf, math.inf, math.inf)
-        return Evaluation(candidate, worst, worst, worst, 0.0, 0.0, 0, False, math.inf, stopped)
+        return Evaluation(
+            candidate, worst, worst, worst, 0.0, 0.0, 0, False, math.inf, math.inf, stopped
+        )
     ttft = compute_percentiles([o.ttft for o in judged])
     itl = compute_percentiles([o.itl for o in judged])
     longest_gap = compute_percentiles([max(o.gaps, default=0.0) for o in judged])
@@ -342,6 +348,7 @@ def _summarize(
         len(judged),
         meets,
         sum(o.end - o.first_token for o in judged) / len(judged),
+        sum(o.end - (o.first_token if o.remote else o.arrival) for o in judged) / len(judged),
         stopped,
     )
 

@@ -5,9 +5,11 @@ builtin autoscaler sizes each pool from a per-replica target (docs/autoscaling.m
 prompt tokens per second per prefill worker, and sequences decoding per decode worker.
 A target is the per-worker load the chosen deployment carries at the highest rate it
 still serves within the SLO (:func:`find_capacity`, Little's law for the decode pool:
-arrivals per second x seconds from first token to last), times :data:`HEADROOM`: the
+arrivals per second x seconds its router counts each, queued or active), times
+:data:`HEADROOM`: the
 autoscaler adds a worker before the pool reaches the load it can no longer serve, and
-takes one away only where the rest still serve what is left.
+takes one away only where the rest still serve what is left. Never below the load at
+the planned rate, which the plan says its workers carry.
 
 Targets at the planned rate's load instead (the load, not what the workers can carry)
 scale a pool out whenever arrivals run a little above their mean: a one-worker plan at
@@ -84,20 +86,49 @@ def _run_at(capacity: Capacity, rate: float, setup: Setup, seed: int) -> Capacit
     return Capacity(workload, evaluate(capacity.evaluation.candidate, workload, setup, arrivals))
 
 
-def compute_scaling_targets(capacity: Capacity, min_prefill_tokens: int) -> ScalingTargets:
-    """:data:`HEADROOM` of the per-worker load at ``capacity``, rounded down (a target a
-    little low scales up a little early)."""
+def compute_scaling_targets(
+    capacity: Capacity, planned: Capacity, min_prefill_tokens: int
+) -> ScalingTargets:
+    """:data:`HEADROOM` of the per-worker load at ``capacity``, but never below the load
+    at ``planned`` (the deployment at the planned rate), rounded down (a target a little
+    low scales up a little early).
+
+    The floor: the planner chose the fewest workers that meet the SLO at the planned
+    rate, so the plan itself says they carry it. Where that rate is close to the most
+    they carry (a 1P plan for 32k prompts at 1.8 req/s, met there and missed at 2.25),
+    0.8x capacity sits below the planned load, and the pool would grow at once under the
+    very load it was planned for."""
     workload, at_capacity = capacity.workload, capacity.evaluation
     candidate = at_capacity.candidate
     disaggregated = candidate.prefill > 0 and workload.isl >= min_prefill_tokens
     prefill_rate = None
     if disaggregated:
-        per_worker = HEADROOM * workload.rate * workload.isl / candidate.prefill
+        per_worker = (
+            max(HEADROOM * compute_prefill_load(capacity), compute_prefill_load(planned))
+            / candidate.prefill
+        )
         prefill_rate = max(1, math.floor(per_worker))
-    decoding = HEADROOM * workload.rate * at_capacity.mean_decode_seconds / candidate.decode
+    decoding = (
+        max(HEADROOM * compute_decode_load(capacity), compute_decode_load(planned))
+        / candidate.decode
+    )
     return ScalingTargets(
         prefill_tokens_per_second_per_replica=prefill_rate,
         decode_active_sequences_per_replica=max(1, math.floor(decoding)),
         # A long prompt may wait for the prefill pool as long as the TTFT target allows.
         max_prefill_wait_seconds=workload.slo.ttft_p90_s if disaggregated else None,
     )
+
+
+def compute_prefill_load(point: Capacity) -> float:
+    """Prompt tokens per second the deployment's prefill pool takes at ``point``."""
+    return point.workload.rate * point.workload.isl
+
+
+def compute_decode_load(point: Capacity) -> float:
+    """Sequences the decode pool's router counts at once at ``point``, queued or active
+    (Little's law): what the autoscaler compares with the target. On an aggregated
+    worker a prompt counts from its arrival, its prefill included; counted from the
+    first token, a plan for 1k prompts got a target of 1 and grew on 1 active + 0.4
+    queued."""
+    return point.workload.rate * point.evaluation.mean_decode_pool_seconds

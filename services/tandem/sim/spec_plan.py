@@ -42,7 +42,7 @@ from tandem.sim.planner import (
     generate_arrivals,
     recommend,
 )
-from tandem.sim.scaling_targets import compute_scaling_targets, find_capacity
+from tandem.sim.scaling_targets import Capacity, compute_scaling_targets, find_capacity
 from tandem.sim.spec_setup import compute_setup
 
 SEED = 1  # the same arrivals for the same spec: a plan is a function of its hash
@@ -178,7 +178,9 @@ def _render(
         message = f"{misses} {rate} with {whose} ({c.name})"
     finished = chosen.requests > 0  # no judged request: no percentiles to report
     capacity = find_capacity(workload, chosen, setup, SEED)
-    targets = compute_scaling_targets(capacity, setup.min_prefill_tokens)
+    targets = compute_scaling_targets(
+        capacity, Capacity(workload, chosen), setup.min_prefill_tokens
+    )
     return PlanStatus(
         spec_hash=spec_hash,
         mode=mode,

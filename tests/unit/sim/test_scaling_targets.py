@@ -37,10 +37,13 @@ ANY = Percentiles(0.1, 0.2, 0.3)
 EXAMPLE = Path(__file__).parents[3] / "manifests" / "examples" / "simulated-gpt-oss-120b-gb200.yaml"
 
 
-def chosen(prefill: int, decode: int, mean_decode_seconds: float) -> Evaluation:
+def chosen(prefill: int, decode: int, pool_seconds: float) -> Evaluation:
+    """An evaluation whose requests spend ``pool_seconds`` counted by the decode pool
+    (half of it decoding)."""
     return Evaluation(
-        Candidate(prefill, decode, 1, 1), ANY, ANY, ANY, 1.0, 1.0, 100, True, mean_decode_seconds
-    )
+        Candidate(prefill, decode, 1, 1), ANY, ANY, ANY, 1.0, 1.0, 100, True,
+        pool_seconds / 2, pool_seconds,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -80,12 +83,30 @@ def test_targets_are_0_8x_the_per_worker_load_at_capacity_rounded_down(
     workload: Workload, evaluation: Evaluation, expected: ScalingTargets
 ) -> None:
     capacity = Capacity(workload, evaluation)
-    assert compute_scaling_targets(capacity, min_prefill_tokens=2048) == expected
+    planned = _at_half_the_rate(capacity)  # well below 0.8x: the headroom decides
+    assert compute_scaling_targets(capacity, planned, min_prefill_tokens=2048) == expected
+
+
+def _at_half_the_rate(capacity: Capacity) -> Capacity:
+    workload = dataclasses.replace(capacity.workload, rate=capacity.workload.rate / 2)
+    return Capacity(workload, capacity.evaluation)
+
+
+def test_targets_never_fall_below_the_load_the_plan_was_made_for() -> None:
+    # Planned at 1.8 req/s of 32k prompts, met there, missed at 2.25: the capacity search
+    # stops at the planned rate. 0.8x would be 47,185 tokens/s, under the 58,982 the one
+    # prefill worker was planned to carry; 1.8 x 2 s of decoding = 3.6 sequences, not 2.88.
+    planned = Capacity(Workload(32768, 64, 1.8, SLO), chosen(1, 1, 2.0))
+    targets = compute_scaling_targets(planned, planned, min_prefill_tokens=2048)
+    assert targets == ScalingTargets(58982, 3, 2.0)
+    # With room above the plan (capacity at 3 req/s), 0.8x of it is higher: 78,643.
+    roomy = Capacity(dataclasses.replace(planned.workload, rate=3.0), planned.evaluation)
+    assert compute_scaling_targets(roomy, planned, 2048) == ScalingTargets(78643, 4, 2.0)
 
 
 def test_the_targets_are_values_the_spec_accepts() -> None:
     capacity = Capacity(Workload(32768, 1024, 5.0, SLO), chosen(2, 3, 4.0))
-    targets = compute_scaling_targets(capacity, 2048)
+    targets = compute_scaling_targets(capacity, _at_half_the_rate(capacity), 2048)
     assert targets.prefill_tokens_per_second_per_replica is not None
     prefill = PrefillScalingSpec(
         target_tokens_per_second_per_replica=targets.prefill_tokens_per_second_per_replica
