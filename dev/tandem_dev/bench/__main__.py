@@ -216,12 +216,13 @@ SECTIONS = (
         "Steady chat, steady 32k RAG, a bursty mix, a diurnal ramp and a drift from 1k to 32k "
         "prompts, replayed in real time by the `openai` client against `tandem up`: the "
         "fewest-GPU static aggregated and disaggregated deployments `tandem plan` finds for "
-        "each trace's average load, a hand-written shape under the builtin autoscaler, and "
+        "each trace's average load and the ones NVIDIA's AIConfigurator picks for it, a "
+        "hand-written shape under the builtin autoscaler, and "
         "`planning.mode: auto` deployed for the trace's first quarter (plan, autoscale, "
         "re-plan and roll). SLO attainment, "
         "GPU-seconds, goodput tokens/s/GPU, re-plans and rollouts, on simulated GB200 and "
         "B200 workers; plots in docs/img/adaptive-*.png.",
-        12000,  # four rows x five traces x two GPUs of ~4.5 min each, real time
+        18000,  # six rows x five traces x two GPUs of ~4.5 min each, real time
     ),
     Section(
         "real-node",

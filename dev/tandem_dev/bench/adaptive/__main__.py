@@ -1,7 +1,7 @@
 """``python -m tandem_dev.bench.adaptive [--seconds S] [--only TRACE] [--row ROW]
-[--hardware gb200|b200]``: every trace replayed against every row on each hardware; prints
-the markdown section and writes a plot per hardware to docs/img/ (see the package
-docstring)."""
+[--hardware gb200|b200] [--work DIR]``: every trace replayed against every row on each
+hardware; prints the markdown section and writes a plot per hardware to docs/img/ (see the
+package docstring). AIConfigurator's recommendations are kept under ``--work``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import logging
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +22,14 @@ from tandem_dev.autoscale_sim.traces import Trace, generate_arrivals
 from tandem_dev.bench.adaptive.judge import RowFigures, judge_row
 from tandem_dev.bench.adaptive.report import TraceRows, plot_attainment, render_report
 from tandem_dev.bench.adaptive.rows import (
+    AIC_ROWS,
     AUTOSCALING,
     PLANNING,
     ROWS,
     AverageWorkload,
     average_workload,
+    build_aic_request,
+    choose_aic,
     choose_static,
     deploy_time_workload,
     render_base,
@@ -37,40 +40,56 @@ from tandem_dev.bench.adaptive.traces import build_adaptive_traces
 from tandem_dev.bench.autoscale_live.__main__ import build_prompts
 from tandem_dev.bench.autoscale_live.replay import replay
 from tandem_dev.bench.autoscale_live.report import SEED, SLO
+from tandem_dev.bench.planners.aic_client import finish_driver, require_aiconfigurator, start_driver
 
 HARDWARE = ("gb200", "b200")
 IMAGES = Path("docs/img")
 
 
 def render_row(
-    row: str, name: str, workload: AverageWorkload, deployed: AverageWorkload, profile: str
-) -> tuple[dict[str, Any], str] | None:
-    """The row's InferenceCluster and its shape in words; None when no static deployment
-    of that layout meets the SLO within the budget. ``deployed``: the planning row's
-    workload (``deploy_time_workload``)."""
+    row: str,
+    name: str,
+    workload: AverageWorkload,
+    deployed: AverageWorkload,
+    profile: str,
+    aic: Mapping[str, Any],
+) -> tuple[dict[str, Any], str] | str:
+    """The row's InferenceCluster and its shape in words, or why the row has none (no
+    static deployment of that layout meets the SLO within the budget, or AIConfigurator's
+    pick does not fit it). ``deployed``: the planning row's workload
+    (``deploy_time_workload``); ``aic``: AIConfigurator's ``recommend`` entry for the
+    trace."""
     if row == AUTOSCALING:
         return render_base(name, workload, profile), "1P+1D, autoscaled"
     if row == PLANNING:
         return render_planned(name, deployed, profile), "planned"
-    candidate = choose_static(render_base(name, workload, profile))[row]
+    base = render_base(name, workload, profile)
+    candidate = choose_aic(base, aic)[row] if row in AIC_ROWS else choose_static(base)[row]
     if candidate is None:
-        return None
+        return "none meets the SLO within the budget"
+    if isinstance(candidate, str):
+        return candidate
     return render_static(name, workload, profile, candidate), describe_shape(candidate)
 
 
 def run_trace(
-    home: Path, profile: str, trace: Trace, rows: Sequence[str], tokenizer: HarmonyTokenizer
+    home: Path,
+    profile: str,
+    trace: Trace,
+    rows: Sequence[str],
+    tokenizer: HarmonyTokenizer,
+    aic: Mapping[str, Any],
 ) -> TraceRows:
     arrivals = generate_arrivals(trace, SEED)
     prompts = build_prompts(tokenizer, arrivals)
     workload = average_workload(arrivals, trace.duration_seconds)
     deployed = deploy_time_workload(arrivals, trace.duration_seconds)
-    results: list[tuple[str, RowFigures | None]] = []
+    results: list[tuple[str, RowFigures | str]] = []
     for index, row in enumerate(rows):
         name = f"adaptive-{profile}-{trace.name}-{index}"
-        rendered = render_row(row, name, workload, deployed, profile)
-        if rendered is None:
-            results.append((row, None))
+        rendered = render_row(row, name, workload, deployed, profile, aic)
+        if isinstance(rendered, str):
+            results.append((row, rendered))
             continue
         document, shape = rendered
         run = replay(home, name, document, arrivals, prompts, trace.duration_seconds)
@@ -81,6 +100,31 @@ def run_trace(
     return TraceRows(profile, trace, workload, deployed, results)
 
 
+def aic_key(profile: str, trace: Trace) -> str:
+    """The trace's ``recommend`` id: its load in it, so that a changed trace is asked
+    again rather than answered from an old result."""
+    workload = average_workload(generate_arrivals(trace, SEED), trace.duration_seconds)
+    return (
+        f"{profile}/{trace.name}/{workload.isl_mean}-{workload.osl}-"
+        f"{workload.requests_per_second:g}"
+    )
+
+
+def ask_aic(work: Path, profiles: Sequence[str], traces: Sequence[Trace]) -> dict[str, Any]:
+    """AIConfigurator's recommendations for every trace on every hardware, by
+    :func:`aic_key` (one driver run: its database loads once; a rerun resumes)."""
+    require_aiconfigurator()
+    items = []
+    for profile in profiles:
+        for trace in traces:
+            arrivals = generate_arrivals(trace, SEED)
+            workload = average_workload(arrivals, trace.duration_seconds)
+            items.append(build_aic_request(aic_key(profile, trace), profile, workload))
+    driver = start_driver(work, "recommend", {"recommend": items})
+    recommended: dict[str, Any] = finish_driver(work, "recommend", driver)["recommend"]
+    return recommended
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tandem_dev.bench.adaptive")
     parser.add_argument("--seconds", type=float, default=240.0, help="each trace's length")
@@ -88,6 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", action="append", help="trace names to run")
     parser.add_argument("--row", action="append", choices=ROWS, help="rows to run")
     parser.add_argument("--hardware", action="append", choices=HARDWARE, help="GPUs simulated")
+    parser.add_argument("--work", type=Path, default=Path("build/bench/adaptive"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     traces = [
@@ -96,12 +141,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.only or t.name in args.only
     ]
     rows = [r for r in ROWS if not args.row or r in args.row]
+    profiles = args.hardware or HARDWARE
     tokenizer = load_harmony_tokenizer()
     started = time.monotonic()
+    aic = ask_aic(args.work, profiles, traces) if any(r in AIC_ROWS for r in rows) else {}
     results = []
     with tempfile.TemporaryDirectory(prefix="tandem-adaptive-") as tmp:
-        for profile in args.hardware or HARDWARE:
-            ran = [run_trace(Path(tmp), profile, trace, rows, tokenizer) for trace in traces]
+        for profile in profiles:
+            ran = [
+                run_trace(Path(tmp), profile, t, rows, tokenizer, aic.get(aic_key(profile, t), {}))
+                for t in traces
+            ]
             plot_attainment(IMAGES / f"adaptive-{profile}.png", ran)
             results += ran
     print(render_report(results, args.seconds, time.monotonic() - started))

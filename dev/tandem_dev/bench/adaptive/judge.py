@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from tandem.api.v1alpha1 import PoolRole
 from tandem.runtime.planning_record import PlanningRecord
 from tandem.sim.metrics import Slo
-from tandem_dev.bench.adaptive.rows import PLANNING, STATIC_AGGREGATED, STATIC_DISAGGREGATED
+from tandem_dev.bench.adaptive.rows import PLANNING, STATIC_ROWS
 from tandem_dev.bench.autoscale_live.judge import (
     compute_live_attainment,
     compute_worker_seconds,
@@ -58,14 +58,13 @@ MOVING_TRACES = frozenset({"bursty", "ramp", "drift"})
 MOVING_GPU_SHARE, STEADY_GPU_SHARE = 0.8, 1.05
 
 
-def judge_targets(trace: str, rows: Mapping[str, RowFigures | None]) -> str:
-    """The planning row against the static rows of one trace, in words: ``met: ...`` or
+def judge_targets(trace: str, rows: Mapping[str, RowFigures | str]) -> str:
+    """The planning row against the static rows of one trace (``tandem plan``'s and
+    AIConfigurator's; a string is a row that did not run), in words: ``met: ...`` or
     ``missed: ...`` (pure)."""
     planned = rows.get(PLANNING)
-    statics = {
-        name: f for name in (STATIC_AGGREGATED, STATIC_DISAGGREGATED) if (f := rows.get(name))
-    }
-    if planned is None or not statics:
+    statics = {name: f for name in STATIC_ROWS if isinstance(f := rows.get(name), RowFigures)}
+    if not isinstance(planned, RowFigures) or not statics:
         return "not judged: the planning row or every static row is missing"
     share = MOVING_GPU_SHARE if trace in MOVING_TRACES else STEADY_GPU_SHARE
     meeting = {n: f for n, f in statics.items() if f.attainment >= ATTAINMENT_TARGET}

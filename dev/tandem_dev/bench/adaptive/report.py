@@ -10,6 +10,8 @@ from pathlib import Path
 from tandem_dev.autoscale_sim.traces import Trace
 from tandem_dev.bench.adaptive.judge import RowFigures, judge_targets
 from tandem_dev.bench.adaptive.rows import (
+    AIC_AGGREGATED,
+    AIC_DISAGGREGATED,
     AUTOSCALING,
     PLANNING,
     STATIC_AGGREGATED,
@@ -25,7 +27,7 @@ class TraceRows:
     trace: Trace
     workload: AverageWorkload
     deployed: AverageWorkload  # the planning row's spec.workload
-    rows: Sequence[tuple[str, RowFigures | None]]  # None: no such deployment fits
+    rows: Sequence[tuple[str, RowFigures | str]]  # a string: why the row did not run
 
 
 def _count(value: int | None) -> str:
@@ -43,8 +45,8 @@ def render_trace(result: TraceRows) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, figures in result.rows:
-        if figures is None:
-            lines.append(f"| {name} | none meets the SLO within the budget | | | | | | |")
+        if isinstance(figures, str):
+            lines.append(f"| {name} | {figures} | | | | | | |")
             continue
         f = figures
         lines.append(
@@ -65,7 +67,9 @@ def render_report(results: Sequence[TraceRows], seconds: float, wall_s: float) -
         f"SLO: TTFT p90 <= {SLO.ttft_p90_s:g} s, ITL p90 <= {SLO.itl_p90_s * 1e3:g} ms; each "
         f"trace {seconds:.0f} s in real time; GPU budget 4 prefill + 2 decode TP1 workers of "
         f"the simulated engine (gpt-oss-120b, fp8 KV). "
-        f"Static rows: `tandem plan`'s search for the trace's average load, one layout each; "
+        f"Static rows: `tandem plan`'s search for the trace's average load, one layout each, "
+        f"and AIConfigurator's picks for it (given the mean prompt; run where they fit the "
+        f"budget); "
         f"planning auto: `spec.workload` is the trace's first quarter, what a user knows at "
         f"deploy time. "
         f"Run took {wall_s:.0f} s."
@@ -88,12 +92,14 @@ def plot_attainment(path: Path, results: Sequence[TraceRows]) -> None:
     styles = {
         STATIC_AGGREGATED: ("s", "tab:blue"),
         STATIC_DISAGGREGATED: ("D", "tab:orange"),
+        AIC_AGGREGATED: ("s", "tab:purple"),
+        AIC_DISAGGREGATED: ("D", "tab:brown"),
         AUTOSCALING: ("^", "tab:green"),
         PLANNING: ("o", "tab:red"),
     }
     for panel, result in zip(axes[0], results, strict=True):
         for name, figures in result.rows:
-            if figures is not None:
+            if isinstance(figures, RowFigures):
                 marker, colour = styles.get(name, ("o", "black"))
                 panel.plot(figures.gpu_seconds, figures.attainment * 100, marker,
                            color=colour, markersize=8, label=name)  # fmt: skip

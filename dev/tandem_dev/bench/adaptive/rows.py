@@ -4,7 +4,9 @@ All four share the autoscale section's base (``autoscale_live``: TP1 simulated G
 B200 workers at real time, conditional disaggregation at 2,048 tokens, at most 4 prefill and
 2 decode workers: the GPU budget) and are sized for the trace's average load
 (:func:`average_workload`). The static rows are ``tandem plan``'s search
-(``tandem.sim.planner.recommend``) within that budget, one layout at a time.
+(``tandem.sim.planner.recommend``) within that budget, one layout at a time, and
+AIConfigurator's picks for the same load (its driver: ``planners.aic_driver``), each
+run as it picks it where that fits the budget.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tandem.api.v1alpha1 import InferenceCluster
+from tandem.api.v1alpha1 import AcceleratorProfile, InferenceCluster
+from tandem.perf.measured import MODELS, SYSTEMS
 from tandem.sim.planner import (
     Candidate,
     Limits,
@@ -27,16 +30,21 @@ from tandem.sim.planner import (
     generate_arrivals,
     recommend,
 )
-from tandem.sim.spec_plan import SEED, compute_workload
+from tandem.sim.spec_plan import SEED, compute_workload, describe_shape
 from tandem.sim.spec_setup import compute_setup
 from tandem_dev.autoscale_sim.traces import Arrival
 from tandem_dev.bench.adaptive.traces import OUTPUT_TOKENS
 from tandem_dev.bench.autoscale_live.__main__ import VARIANTS, render_live_cluster
 from tandem_dev.bench.autoscale_live.report import SLO
+from tandem_dev.bench.goodput.stack import MODEL
+from tandem_dev.bench.planners.tandem_side import read_aic_pick
 
 STATIC_AGGREGATED, STATIC_DISAGGREGATED = "static aggregated", "static disaggregated"
+AIC_AGGREGATED, AIC_DISAGGREGATED = "AIConfigurator aggregated", "AIConfigurator disaggregated"
 AUTOSCALING, PLANNING = "autoscaling", "planning auto"
-ROWS = (STATIC_AGGREGATED, STATIC_DISAGGREGATED, AUTOSCALING, PLANNING)
+STATIC_ROWS = (STATIC_AGGREGATED, STATIC_DISAGGREGATED, AIC_AGGREGATED, AIC_DISAGGREGATED)
+ROWS = (*STATIC_ROWS, AUTOSCALING, PLANNING)
+AIC_ROWS = {AIC_AGGREGATED: "agg", AIC_DISAGGREGATED: "disagg"}  # its driver's modes
 # Re-planning at the shortest hysteresis the API allows: the traces last minutes.
 REPLAN = {"windowSeconds": 30, "minIntervalSeconds": 60, "tolerance": 0.5}
 
@@ -47,6 +55,7 @@ class AverageWorkload:
     isl_p90: int
     osl: int
     requests_per_second: float
+    isl_mean: int  # what a planner taking one prompt length is given
 
     def to_wire(self) -> dict[str, Any]:
         # The p90 too: a mix of 1k and 32k prompts has a 1k median, and planned on the
@@ -64,12 +73,13 @@ class AverageWorkload:
 def average_workload(arrivals: Sequence[Arrival], seconds: float) -> AverageWorkload:
     """The trace's lengths and its mean rate (two significant digits, rounded up)."""
     prompts = sorted(a.prompt_tokens for a in arrivals)
+    mean = round(statistics.fmean(prompts))
     isl = int(statistics.median_low(prompts))
     p90 = prompts[min(len(prompts) - 1, math.ceil(0.9 * len(prompts)) - 1)]
     rate = len(arrivals) / seconds
     scale = 10 ** (math.floor(math.log10(rate)) - 1)
     rate = round(math.ceil(rate / scale) * scale, 6)
-    return AverageWorkload(isl, max(isl, p90), OUTPUT_TOKENS, rate)
+    return AverageWorkload(isl, max(isl, p90), OUTPUT_TOKENS, rate, mean)
 
 
 # What a user knows when deploying: the trace's first quarter (bursty's quiet first
@@ -154,3 +164,49 @@ def render_static(
     }
     spec["engine"]["options"].update({k: v for k, v in limits.items() if v is not None})
     return document
+
+
+def build_aic_request(key: str, profile: str, workload: AverageWorkload) -> dict[str, Any]:
+    """AIConfigurator's ``recommend`` item for a trace's average load. It takes one prompt
+    length: the mean (a mix of 1k and 32k prompts costs what its mean costs in prefill),
+    and reads the SLO's percentiles as its own figures (TTFT and TPOT)."""
+    return {
+        "id": key,
+        "model": MODELS[MODEL],
+        "system": SYSTEMS[AcceleratorProfile(profile)],
+        "isl": workload.isl_mean,
+        "osl": workload.osl,
+        "ttft_ms": SLO.ttft_p90_s * 1e3,
+        "tpot_ms": SLO.itl_p90_s * 1e3,
+        "rate": workload.requests_per_second,
+    }
+
+
+def choose_aic(
+    document: dict[str, Any], recommended: Mapping[str, Any]
+) -> dict[str, Candidate | str]:
+    """AIConfigurator's pick of each layout (its driver's ``recommend`` entry) as a
+    deployment to run, or why none runs: it found none, or the pick is outside the
+    budget (more workers than the pools allow, or TP above 1: the live replay counts a
+    worker process as one GPU)."""
+    spec = InferenceCluster.model_validate(document).spec
+    _, limits = compute_setup(spec)
+    chosen: dict[str, Candidate | str] = {}
+    for row, mode in AIC_ROWS.items():
+        pick = recommended.get(mode)
+        if pick is None:
+            error = recommended.get("error")
+            chosen[row] = f"AIConfigurator finds none{f' ({error})' if error else ''}"
+            continue
+        candidate = read_aic_pick(pick)
+        if isinstance(candidate, str):
+            chosen[row] = f"AIConfigurator's pick has {candidate}"
+        elif (
+            candidate.prefill > limits.max_prefill
+            or candidate.decode > limits.max_decode
+            or max(candidate.prefill_tp, candidate.decode_tp) > 1
+        ):
+            chosen[row] = f"AIConfigurator picks {describe_shape(candidate)}: outside the budget"
+        else:
+            chosen[row] = candidate
+    return chosen

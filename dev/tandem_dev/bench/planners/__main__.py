@@ -12,18 +12,15 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import subprocess
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from tandem_dev.bench.planners import pareto, report, tandem_side
+from tandem_dev.bench.planners.aic_client import finish_driver, require_aiconfigurator, start_driver
 from tandem_dev.bench.planners.cells import LONG_ISL, STALL_BOUND_S, Cell, build_cells
 
-AIC_PYTHON = Path(".bench/aiconfigurator/bin/python")
-DRIVER = Path(__file__).with_name("aic_driver.py")
 IMAGES = Path("docs/img")
 BIG_MODEL = "gpt-oss-120b"
 
@@ -41,24 +38,6 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text(json.dumps(self.data, indent=1))
         return self.data[key]
-
-
-def start_driver(work: Path, phase: str, request: Mapping[str, Any]) -> subprocess.Popen[bytes]:
-    work.mkdir(parents=True, exist_ok=True)
-    (work / f"{phase}-request.json").write_text(json.dumps(request, indent=1))
-    log = (work / f"{phase}.log").open("wb")
-    return subprocess.Popen(
-        [str(AIC_PYTHON), str(DRIVER), str(work / f"{phase}-request.json"),
-         str(work / f"{phase}-result.json")],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-
-
-def finish_driver(work: Path, phase: str, process: subprocess.Popen[bytes]) -> dict[str, Any]:
-    if process.wait() != 0:
-        sys.exit(f"AIConfigurator's driver failed ({phase}): see {work / f'{phase}.log'}")
-    result: dict[str, Any] = json.loads((work / f"{phase}-result.json").read_text())
-    return result
 
 
 def workload_of(cell: Cell) -> dict[str, Any]:
@@ -93,8 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="cells whose key contains TEXT")
     parser.add_argument("--work", type=Path, default=Path("build/bench/planners"))
     args = parser.parse_args(argv)
-    if not AIC_PYTHON.exists():
-        sys.exit(f"{AIC_PYTHON} is missing: `make bench` installs AIConfigurator there")
+    require_aiconfigurator()
     cells = [c for c in build_cells() if args.only in c.key]
     work: Path = args.work
     plans, bounded = Store(work / "tandem.json"), Store(work / "tandem-stall.json")

@@ -62,23 +62,28 @@ def plan_cell(cell: Cell, max_stall_s: float | None = None) -> dict[str, Any]:
     }
 
 
-def replay_pick(cell: Cell, pick: dict[str, Any]) -> dict[str, Any]:
-    """AIConfigurator's pick (its driver's PICK) run to the end at the cell's rate: its
-    workers and TP sizes, its decode batch limit and, aggregated, its step budget."""
-    options = engine_options(cell)
+def read_aic_pick(pick: dict[str, Any]) -> Candidate | str:
+    """AIConfigurator's pick (its driver's PICK) as a deployment of the simulated engine:
+    its workers and TP sizes, its decode batch limit and, aggregated, its step budget; or
+    why it has none."""
     if pick.get("dp", 1) != 1 or pick.get("decode_dp", 1) != 1 or pick.get("prefill_dp", 1) != 1:
-        return {"error": "attention data parallelism: the simulated engine has none"}
+        return "attention data parallelism: the simulated engine has none"
     if "workers" in pick:  # aggregated
-        decode = {**options, "max_batch_size": int(pick["bs"])}
-        candidate = Candidate(0, int(pick["workers"]), int(pick["tp"]), int(pick["tp"]),
-                              int(pick["ctx_tokens"]))  # fmt: skip
-    else:
-        decode = {**options, "max_batch_size": int(pick["decode_bs"])}
-        candidate = Candidate(
-            int(pick["prefill_workers"]), int(pick["decode_workers"]),
-            int(pick["prefill_tp"]), int(pick["decode_tp"]),
-        )  # fmt: skip
-    setup = Setup(options, decode, MIN_PREFILL_TOKENS)
+        return Candidate(0, int(pick["workers"]), int(pick["tp"]), int(pick["tp"]),
+                         int(pick["ctx_tokens"]), int(pick["bs"]))  # fmt: skip
+    return Candidate(
+        int(pick["prefill_workers"]), int(pick["decode_workers"]),
+        int(pick["prefill_tp"]), int(pick["decode_tp"]), max_batch_size=int(pick["decode_bs"]),
+    )  # fmt: skip
+
+
+def replay_pick(cell: Cell, pick: dict[str, Any]) -> dict[str, Any]:
+    """AIConfigurator's pick (:func:`read_aic_pick`) run to the end at the cell's rate."""
+    candidate = read_aic_pick(pick)
+    if isinstance(candidate, str):
+        return {"error": candidate}
+    options = engine_options(cell)
+    setup = Setup(options, options, MIN_PREFILL_TOKENS)
     workload = build_workload(cell)
     arrivals = generate_arrivals(workload, count_requests(workload), seed=1)
     try:

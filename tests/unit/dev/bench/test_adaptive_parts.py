@@ -15,6 +15,8 @@ from tandem_dev.bench.adaptive.judge import RowFigures, judge_row, judge_targets
 from tandem_dev.bench.adaptive.report import TraceRows, plot_attainment, render_report
 from tandem_dev.bench.adaptive.rows import (
     average_workload,
+    build_aic_request,
+    choose_aic,
     deploy_time_workload,
     render_planned,
     render_static,
@@ -39,6 +41,7 @@ def test_the_average_workload_is_the_median_prompt_and_the_mean_rate_rounded_up(
     arrivals = [Arrival(t, 1024 if t < 7 else 32768, 64) for t in range(10)]
     workload = average_workload(arrivals, 4.0)  # 2.5 req/s
     assert (workload.isl, workload.isl_p90, workload.osl) == (1024, 32768, 64)
+    assert workload.isl_mean == round((7 * 1024 + 3 * 32768) / 10)
     assert workload.requests_per_second == 2.5
     assert average_workload(arrivals, 3.0).requests_per_second == 3.4  # 3.33.. up
 
@@ -104,18 +107,24 @@ def test_planning_must_meet_95_percent_on_at_most_0_8x_the_cheapest_static_that_
 
 
 def test_when_no_static_meets_planning_must_serve_more_on_no_more_gpu_seconds() -> None:
-    rows = {"static aggregated": _figures(0.80, 900), "static disaggregated": None}
+    rows: dict[str, RowFigures | str] = {
+        "static aggregated": _figures(0.80, 900),
+        "static disaggregated": "none meets the SLO within the budget",
+    }
     rows["planning auto"] = _figures(0.90, 900)
     assert judge_targets("drift", rows).startswith("met (more served")
     rows["planning auto"] = _figures(0.90, 950)
     assert judge_targets("drift", rows).startswith("missed")
-    assert judge_targets("drift", {"planning auto": None}).startswith("not judged")
+    assert judge_targets("drift", {"planning auto": "not run"}).startswith("not judged")
 
 
 def test_the_plot_is_written_with_a_panel_per_trace(tmp_path: Path) -> None:
     traces = build_adaptive_traces(120)[:2]
     workload = average_workload([Arrival(0, 1024, 64)], 1.0)
-    rows = [("static aggregated", _figures(0.99, 100)), ("planning auto", None)]
+    rows: list[tuple[str, RowFigures | str]] = [
+        ("static aggregated", _figures(0.99, 100)),
+        ("planning auto", "not run"),
+    ]
     path = tmp_path / "img" / "adaptive-gb200.png"
     plot_attainment(path, [TraceRows("gb200", t, workload, workload, rows) for t in traces])
     assert path.read_bytes().startswith(b"\x89PNG")
@@ -124,7 +133,13 @@ def test_the_plot_is_written_with_a_panel_per_trace(tmp_path: Path) -> None:
 def test_the_report_links_each_hardwares_plot() -> None:
     trace = build_adaptive_traces(120)[0]
     workload = average_workload([Arrival(0, 1024, 64)], 1.0)
-    rows = [("planning auto", _figures(0.99, 100))]
+    rows: list[tuple[str, RowFigures | str]] = [
+        ("planning auto", _figures(0.99, 100)),
+        (
+            "AIConfigurator disaggregated",
+            "AIConfigurator picks 2P(TP1)+3D(TP1): outside the budget",
+        ),
+    ]
     report = render_report(
         [TraceRows(p, trace, workload, workload, rows) for p in ("gb200", "b200")], 120, 9
     )
@@ -133,3 +148,62 @@ def test_the_report_links_each_hardwares_plot() -> None:
         "![attainment vs GPU-seconds, B200](img/adaptive-b200.png)"
     )
     assert "**chat, B200**" in report and "Target: not judged" in report
+    assert (
+        "| AIConfigurator disaggregated | AIConfigurator picks 2P(TP1)+3D(TP1): outside" in report
+    )
+
+
+def test_aiconfigurator_is_asked_for_the_mean_prompt_under_the_same_slo() -> None:
+    arrivals = [Arrival(t, 1024 if t < 7 else 32768, 64) for t in range(10)]
+    item = build_aic_request("gb200/bursty", "gb200", average_workload(arrivals, 4.0))
+    assert item == {
+        "id": "gb200/bursty",
+        "model": "openai/gpt-oss-120b",
+        "system": "gb200",
+        "isl": 10547,
+        "osl": 64,
+        "ttft_ms": 2000.0,
+        "tpot_ms": 6.0,
+        "rate": 2.5,
+    }
+
+
+def _aic_agg(workers: int, tp: int = 1) -> dict[str, object]:
+    """An aggregated pick as the driver writes it (``aic_driver.agg_pick``)."""
+    return {"workers": workers, "tp": tp, "dp": 1, "bs": 16, "ctx_tokens": 8192}
+
+
+def _aic_disagg(prefill: int, decode: int) -> dict[str, object]:
+    return {"prefill_workers": prefill, "prefill_tp": 1, "prefill_dp": 1,
+            "decode_workers": decode, "decode_tp": 1, "decode_dp": 1, "decode_bs": 32}  # fmt: skip
+
+
+def test_aiconfigurators_picks_run_as_picked_where_they_fit_the_budget() -> None:
+    document = render_static(
+        "s", average_workload([Arrival(0, 1024, 64)], 1.0), "gb200", Candidate(0, 1, 1, 1)
+    )
+    document["spec"]["prefill"]["maxReplicas"] = 4  # the section's budget: 4P + 2D
+    document["spec"]["decode"]["maxReplicas"] = 2
+    chosen = choose_aic(document, {"agg": _aic_agg(2), "disagg": _aic_disagg(1, 1)})
+    assert chosen == {
+        "AIConfigurator aggregated": Candidate(0, 2, 1, 1, 8192, 16),
+        "AIConfigurator disaggregated": Candidate(1, 1, 1, 1, max_batch_size=32),
+    }
+    chosen = choose_aic(document, {"agg": _aic_agg(1, tp=2), "disagg": _aic_disagg(1, 3)})
+    assert chosen == {
+        "AIConfigurator aggregated": "AIConfigurator picks 1(TP2) agg: outside the budget",
+        "AIConfigurator disaggregated": "AIConfigurator picks 1P(TP1)+3D(TP1): outside the budget",
+    }
+    chosen = choose_aic(document, {"agg": None, "disagg": None, "error": "no config meets TTFT"})
+    assert set(chosen.values()) == {"AIConfigurator finds none (no config meets TTFT)"}
+
+
+def test_an_aiconfigurator_row_is_a_static_bar_for_planning() -> None:
+    rows: dict[str, RowFigures | str] = {
+        "static aggregated": _figures(0.99, 1000),
+        "AIConfigurator aggregated": _figures(0.96, 600),
+        "planning auto": _figures(0.97, 620),
+    }
+    assert judge_targets("chat", rows).startswith(
+        "met: 97.0% within SLO on 1.03x the GPU-seconds of AIConfigurator aggregated"
+    )

@@ -95,7 +95,7 @@ def test_tandem_picks_go_to_the_estimator_as_deployments() -> None:
 def test_another_tools_pick_replays_as_it_was_given() -> None:
     light = Cell("gpt-oss-20b", AcceleratorProfile.GB200, 1000, 1000, 0.5, 20, 2.0)
     aggregated = replay_pick(light, {"workers": 1, "tp": 1, "dp": 1, "bs": 32, "ctx_tokens": 2000})
-    assert aggregated["name"] == "aggregated, 1 TP1 worker, 2000 tokens/step"
+    assert aggregated["name"] == "aggregated, 1 TP1 worker, 2000 tokens/step, batch <= 32"
     assert aggregated["meets"] and aggregated["stopped"] is None
     with_dp = {"workers": 1, "tp": 1, "dp": 2, "bs": 32, "ctx_tokens": 2000}
     assert "attention data parallelism" in replay_pick(light, with_dp)["error"]
