@@ -69,8 +69,8 @@ def compute_recommendation(raw: float, current: int, tolerance: float) -> int:
 
 # How far a step must stand out from counting noise: the gap between the counts
 # before and after, in standard deviations of Poisson noise (Skellam: the variance of
-# a difference of two counts is their sum). Three: a false step about once in a
-# thousand samples.
+# a difference of two counts is their sum). Three: noise alone crosses it in under
+# 0.3% of samples.
 NOISE_STANDARD_DEVIATIONS = 3.0
 
 
