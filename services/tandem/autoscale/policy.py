@@ -116,7 +116,7 @@ def decide(
     last = state.recommendations[-1].at if state.recommendations else None
     elapsed = now - last if last is not None and now > last else config.interval_seconds
     estimates = _estimate(config, observation, state, elapsed)
-    effective = _apply(config, observation, estimates, state)
+    effective = _apply(observation, estimates, state)
     raw, signal = compute_raw_replicas(config, effective)
     wanted = compute_recommendation(raw, current, config.tolerance)
     if state.climbing_to is not None and raw > current:
@@ -261,9 +261,7 @@ def _value(estimate: SignalEstimate | None) -> float | None:
     return None if estimate is None else estimate.value
 
 
-def _apply(
-    config: ScalingConfig, o: PoolObservation, estimates: _Estimates, state: PolicyState
-) -> PoolObservation:
+def _apply(o: PoolObservation, estimates: _Estimates, state: PolicyState) -> PoolObservation:
     """The observation with smoothed signals and the remembered decode time."""
     mean_decode = o.mean_decode_seconds
     queued = _value(estimates.queued_requests)

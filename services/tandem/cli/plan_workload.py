@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from tandem.api.v1alpha1 import InferenceCluster
@@ -23,6 +22,7 @@ from tandem.sim.plot import PlotUnavailableError, plot_recommendation
 from tandem.sim.scaling_targets import (
     HEADROOM,
     Capacity,
+    choose_target_basis,
     compute_decode_load,
     compute_prefill_load,
     compute_scaling_targets,
@@ -183,13 +183,13 @@ def _format_targets(planned: Capacity, capacity: Capacity, min_prefill_tokens: i
     c = capacity.evaluation.candidate
     lines = ["  autoscaling targets (spec):"]
     if targets.prefill_tokens_per_second_per_replica is not None:
-        point = _basis(compute_prefill_load, planned, capacity)
+        point, _ = choose_target_basis(compute_prefill_load, capacity, planned)
         lines.append(
             f"    autoscaling.prefill.targetTokensPerSecondPerReplica: "
             f"{targets.prefill_tokens_per_second_per_replica}  # {_at(point, planned, capacity)} x "
             f"{point.workload.isl} tokens / {_workers(c.prefill, 'prefill')}"
         )
-    point = _basis(compute_decode_load, planned, capacity)
+    point, _ = choose_target_basis(compute_decode_load, capacity, planned)
     lines.append(
         f"    autoscaling.decode.targetActiveSequencesPerReplica: "
         f"{targets.decode_active_sequences_per_replica}  # {_at(point, planned, capacity)} x "
@@ -202,12 +202,6 @@ def _format_targets(planned: Capacity, capacity: Capacity, min_prefill_tokens: i
             f"{targets.max_prefill_wait_seconds:g}  # the TTFT target"
         )
     return lines
-
-
-def _basis(load: Callable[[Capacity], float], planned: Capacity, capacity: Capacity) -> Capacity:
-    """The point a target was taken from: capacity with headroom, or the planned rate
-    where that is more (``compute_scaling_targets``)."""
-    return capacity if HEADROOM * load(capacity) >= load(planned) else planned
 
 
 def _at(point: Capacity, planned: Capacity, capacity: Capacity) -> str:

@@ -174,8 +174,6 @@ class Evaluation:
     tokens_per_second_per_user: float
     requests: int
     meets: bool
-    # First token to last, averaged over the judged requests.
-    mean_decode_seconds: float
     # How long the decode pool's router counts a request, queued or active (what its
     # autoscaler sizes by): from arrival when the decode worker prefills it too, from the
     # first token when the prefill pool does; averaged over the judged requests.
@@ -324,9 +322,7 @@ def _summarize(
 ) -> Evaluation:
     if not judged:
         worst = Percentiles(math.inf, math.inf, math.inf)
-        return Evaluation(
-            candidate, worst, worst, worst, 0.0, 0.0, 0, False, math.inf, math.inf, stopped
-        )
+        return Evaluation(candidate, worst, worst, worst, 0.0, 0.0, 0, False, math.inf, stopped)
     ttft = compute_percentiles([o.ttft for o in judged])
     itl = compute_percentiles([o.itl for o in judged])
     longest_gap = compute_percentiles([max(o.gaps, default=0.0) for o in judged])
@@ -347,7 +343,6 @@ def _summarize(
         users[len(users) // 2] if users else 0.0,
         len(judged),
         meets,
-        sum(o.end - o.first_token for o in judged) / len(judged),
         sum(o.end - (o.first_token if o.remote else o.arrival) for o in judged) / len(judged),
         stopped,
     )

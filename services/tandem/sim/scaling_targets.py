@@ -6,10 +6,9 @@ prompt tokens per second per prefill worker, and sequences decoding per decode w
 A target is the per-worker load the chosen deployment carries at the highest rate it
 still serves within the SLO (:func:`find_capacity`, Little's law for the decode pool:
 arrivals per second x seconds its router counts each, queued or active), times
-:data:`HEADROOM`: the
-autoscaler adds a worker before the pool reaches the load it can no longer serve, and
-takes one away only where the rest still serve what is left. Never below the load at
-the planned rate, which the plan says its workers carry.
+:data:`HEADROOM`: the autoscaler adds a worker before the pool reaches the load it can no
+longer serve, and takes one away only where the rest still serve what is left. Never below
+the load at the planned rate, which the plan says its workers carry.
 
 Targets at the planned rate's load instead (the load, not what the workers can carry)
 scale a pool out whenever arrivals run a little above their mean: a one-worker plan at
@@ -20,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tandem.sim.planner import Evaluation, Setup, Workload, count_requests, evaluate
@@ -103,21 +103,26 @@ def compute_scaling_targets(
     disaggregated = candidate.prefill > 0 and workload.isl >= min_prefill_tokens
     prefill_rate = None
     if disaggregated:
-        per_worker = (
-            max(HEADROOM * compute_prefill_load(capacity), compute_prefill_load(planned))
-            / candidate.prefill
-        )
-        prefill_rate = max(1, math.floor(per_worker))
-    decoding = (
-        max(HEADROOM * compute_decode_load(capacity), compute_decode_load(planned))
-        / candidate.decode
-    )
+        _, prompt_tokens = choose_target_basis(compute_prefill_load, capacity, planned)
+        prefill_rate = max(1, math.floor(prompt_tokens / candidate.prefill))
+    _, sequences = choose_target_basis(compute_decode_load, capacity, planned)
+    decoding = sequences / candidate.decode
     return ScalingTargets(
         prefill_tokens_per_second_per_replica=prefill_rate,
         decode_active_sequences_per_replica=max(1, math.floor(decoding)),
         # A long prompt may wait for the prefill pool as long as the TTFT target allows.
         max_prefill_wait_seconds=workload.slo.ttft_p90_s if disaggregated else None,
     )
+
+
+def choose_target_basis(
+    load: Callable[[Capacity], float], capacity: Capacity, planned: Capacity
+) -> tuple[Capacity, float]:
+    """The point a pool's target is taken from and the pool-wide load it gives:
+    :data:`HEADROOM` of ``load`` at ``capacity``, or the load at ``planned`` where that
+    is more."""
+    at_capacity = HEADROOM * load(capacity)
+    return (capacity, at_capacity) if at_capacity >= load(planned) else (planned, load(planned))
 
 
 def compute_prefill_load(point: Capacity) -> float:

@@ -38,12 +38,10 @@ EXAMPLE = Path(__file__).parents[3] / "manifests" / "examples" / "simulated-gpt-
 
 
 def chosen(prefill: int, decode: int, pool_seconds: float) -> Evaluation:
-    """An evaluation whose requests spend ``pool_seconds`` counted by the decode pool
-    (half of it decoding)."""
+    """An evaluation whose requests spend ``pool_seconds`` counted by the decode pool."""
     return Evaluation(
-        Candidate(prefill, decode, 1, 1), ANY, ANY, ANY, 1.0, 1.0, 100, True,
-        pool_seconds / 2, pool_seconds,
-    )  # fmt: skip
+        Candidate(prefill, decode, 1, 1), ANY, ANY, ANY, 1.0, 1.0, 100, True, pool_seconds
+    )
 
 
 @pytest.mark.parametrize(

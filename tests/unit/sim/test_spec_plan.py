@@ -78,9 +78,7 @@ def _evaluation(ttft: float, itl: float, gap: float) -> Evaluation:
     def p(v: float) -> Percentiles:
         return Percentiles(v, v, v)
 
-    return Evaluation(
-        Candidate(1, 1, 1, 1), p(ttft), p(itl), p(gap), 0.0, 0.0, 100, False, 1.0, 1.0
-    )
+    return Evaluation(Candidate(1, 1, 1, 1), p(ttft), p(itl), p(gap), 0.0, 0.0, 100, False, 1.0)
 
 
 @pytest.mark.parametrize(

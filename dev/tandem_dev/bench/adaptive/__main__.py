@@ -58,7 +58,7 @@ def render_row(
     static deployment of that layout meets the SLO within the budget, or AIConfigurator's
     pick does not fit it). ``deployed``: the planning row's workload
     (``deploy_time_workload``); ``aic``: AIConfigurator's ``recommend`` entry for the
-    trace."""
+    trace on ``profile``."""
     if row == AUTOSCALING:
         return render_base(name, workload, profile), "1P+1D, autoscaled"
     if row == PLANNING:
@@ -80,14 +80,17 @@ def run_trace(
     tokenizer: HarmonyTokenizer,
     aic: Mapping[str, Any],
 ) -> TraceRows:
+    """Every row of ``trace`` on ``profile``'s workers; ``aic``: AIConfigurator's
+    recommendations (``ask_aic``)."""
     arrivals = generate_arrivals(trace, SEED)
     prompts = build_prompts(tokenizer, arrivals)
     workload = average_workload(arrivals, trace.duration_seconds)
     deployed = deploy_time_workload(arrivals, trace.duration_seconds)
+    recommended = aic.get(aic_key(profile, trace.name, workload), {})
     results: list[tuple[str, RowFigures | str]] = []
     for index, row in enumerate(rows):
         name = f"adaptive-{profile}-{trace.name}-{index}"
-        rendered = render_row(row, name, workload, deployed, profile, aic)
+        rendered = render_row(row, name, workload, deployed, profile, recommended)
         if isinstance(rendered, str):
             results.append((row, rendered))
             continue
@@ -100,26 +103,24 @@ def run_trace(
     return TraceRows(profile, trace, workload, deployed, results)
 
 
-def aic_key(profile: str, trace: Trace) -> str:
-    """The trace's ``recommend`` id: its load in it, so that a changed trace is asked
+def aic_key(profile: str, trace: str, workload: AverageWorkload) -> str:
+    """A trace's ``recommend`` id: its load in it, so that a changed trace is asked
     again rather than answered from an old result."""
-    workload = average_workload(generate_arrivals(trace, SEED), trace.duration_seconds)
-    return (
-        f"{profile}/{trace.name}/{workload.isl_mean}-{workload.osl}-"
-        f"{workload.requests_per_second:g}"
-    )
+    return f"{profile}/{trace}/{workload.isl_mean}-{workload.osl}-{workload.requests_per_second:g}"
 
 
 def ask_aic(work: Path, profiles: Sequence[str], traces: Sequence[Trace]) -> dict[str, Any]:
     """AIConfigurator's recommendations for every trace on every hardware, by
     :func:`aic_key` (one driver run: its database loads once; a rerun resumes)."""
     require_aiconfigurator()
-    items = []
-    for profile in profiles:
-        for trace in traces:
-            arrivals = generate_arrivals(trace, SEED)
-            workload = average_workload(arrivals, trace.duration_seconds)
-            items.append(build_aic_request(aic_key(profile, trace), profile, workload))
+    workloads = {
+        t.name: average_workload(generate_arrivals(t, SEED), t.duration_seconds) for t in traces
+    }
+    items = [
+        build_aic_request(aic_key(profile, trace, workload), profile, workload)
+        for profile in profiles
+        for trace, workload in workloads.items()
+    ]
     driver = start_driver(work, "recommend", {"recommend": items})
     recommended: dict[str, Any] = finish_driver(work, "recommend", driver)["recommend"]
     return recommended
@@ -148,10 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="tandem-adaptive-") as tmp:
         for profile in profiles:
-            ran = [
-                run_trace(Path(tmp), profile, t, rows, tokenizer, aic.get(aic_key(profile, t), {}))
-                for t in traces
-            ]
+            ran = [run_trace(Path(tmp), profile, t, rows, tokenizer, aic) for t in traces]
             plot_attainment(IMAGES / f"adaptive-{profile}.png", ran)
             results += ran
     print(render_report(results, args.seconds, time.monotonic() - started))

@@ -1,6 +1,6 @@
 """The deployments each trace is replayed against (pure).
 
-All four share the autoscale section's base (``autoscale_live``: TP1 simulated GB200 or
+All of them share the autoscale section's base (``autoscale_live``: TP1 simulated GB200 or
 B200 workers at real time, conditional disaggregation at 2,048 tokens, at most 4 prefill and
 2 decode workers: the GPU budget) and are sized for the trace's average load
 (:func:`average_workload`). The static rows are ``tandem plan``'s search
