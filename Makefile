@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml dev/pyproject.toml $(NO_DEPS) scripts/install-kube-clients.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip setuptools wheel
-	$(BIN)/pip install -q -e ".[dev,gpu,plot,perf]"
+	$(BIN)/pip install -q -e ".[dev,gpu,plot,perf,multinode]"
 	$(BIN)/pip install -q -e ./dev
 	$(BIN)/pip install -q --no-deps -r images/no-deps-requirements.txt
 	scripts/install-kube-clients.sh $(VENV)

@@ -3,7 +3,8 @@
 #   buildah bud -f images/tandem-trtllm.Dockerfile -t ghcr.io/tandem-dev/tandem-trtllm:0.1.0 .
 # BASE_IMAGE: NVIDIA's release image, multi-arch (amd64 for B200/Hopper, arm64 for GB200),
 # which already carries TensorRT-LLM, NIXL, UCX and torch; Tandem adds its own code and
-# whatever of its requirements the image lacks. `make images` does not build it (no GPU,
+# whatever of its requirements the image lacks (Ray among them, for workers spanning
+# nodes). `make images` does not build it (no GPU,
 # and no registry to pull the base from, on the machines it runs on): this file has never
 # been built by the project, only checked by tests/unit/devimages/test_trtllm_image.py.
 ARG BASE_IMAGE=nvcr.io/nvidia/tensorrt-llm/release:1.2.1
@@ -18,7 +19,7 @@ WORKDIR /opt/tandem/src
 # rest of no-deps-requirements.txt (the base image has its own NIXL; no GGUF model here).
 COPY pyproject.toml images/requirements.py images/no-deps-harmony-requirements.txt ./
 RUN --mount=type=cache,target=/root/.cache/pip \
-    python3 requirements.py pyproject.toml gpu > requirements.txt \
+    python3 requirements.py pyproject.toml gpu multinode > requirements.txt \
     && pip install -r requirements.txt \
     && pip install --no-deps -r no-deps-harmony-requirements.txt
 COPY README.md ./

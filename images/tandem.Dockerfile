@@ -19,7 +19,7 @@ COPY pyproject.toml images/requirements.py images/no-deps-requirements.txt \
     images/no-deps-harmony-requirements.txt ./
 RUN --mount=type=cache,target=/root/.cache/pip \
     python3 -m venv "$VIRTUAL_ENV" \
-    && python requirements.py pyproject.toml > requirements.txt \
+    && python requirements.py pyproject.toml multinode > requirements.txt \
     && pip install -r requirements.txt \
     && pip install --no-deps -r no-deps-requirements.txt
 COPY README.md ./

@@ -43,6 +43,7 @@ from tandem_operator.render.children import (
     render_credentials,
     render_mpi_keys,
     render_pool_children,
+    render_ray_token,
     render_worker_pool,
     uses_leader_worker_set,
 )
@@ -62,7 +63,7 @@ from tandem_operator.render.mpi_keys import (
     plan_mpi_keys,
 )
 from tandem_operator.render.mpi_keys import requested_rotation as requested_key_rotation
-from tandem_operator.render.multinode import launches_mpi_world
+from tandem_operator.render.multinode import launches_mpi_world, launches_ray_group
 from tandem_operator.render.placement import (
     NVLINK_DOMAIN_LABEL,
     NvlinkPlacement,
@@ -82,6 +83,7 @@ from tandem_operator.render.profiling import (
     render_perf_table,
     render_profile_job,
 )
+from tandem_operator.render.ray_token import generate_token, read_ray_token
 from tandem_operator.scaling.decisions import autoscaler_runs
 from tandem_operator.status.capacity_gate import check_rollout
 from tandem_operator.status.compute import EventRecord, StatusResult, compute_status, status_to_wire
@@ -124,16 +126,17 @@ class KindNotServed(Exception):
         self.kind = kind
 
 
-class MpiSecretConflict(Exception):
-    """The Secret the cluster's MPI SSH keys go in is someone else's (mpi_keys.py)."""
+class SecretConflict(Exception):
+    """A Secret the operator keeps something of the cluster's in is someone else's
+    (mpi_keys.py, ray_token.py)."""
 
-    def __init__(self, namespace: str, name: str) -> None:
+    def __init__(self, namespace: str, name: str, what: str, reason: str) -> None:
         super().__init__(
-            f"Secret {name} exists, holds no SSH key pair (id_ed25519, id_ed25519.pub) and "
-            "was not made by the operator, which generates the MPI SSH keys there: it is "
-            f"left as it is and nothing is applied until it is gone (kubectl -n {namespace} "
-            f"delete secret {name}, once nothing else needs it)"
+            f"Secret {name} exists, {what}: it is left as it is and nothing is applied until "
+            f"it is gone (kubectl -n {namespace} delete secret {name}, once nothing else "
+            "needs it)"
         )
+        self.reason = reason
 
 
 def _rfc3339(moment: datetime) -> str:
@@ -155,6 +158,7 @@ class Reconciler:
         credential_propagation: timedelta = DEFAULT_PROPAGATION,
         issue_credentials: Callable[[str, datetime], Issued] = issue,
         new_mpi_keys: Callable[[], KeyPair] = generate_key_pair,
+        new_ray_token: Callable[[], bytes] = generate_token,
     ) -> None:
         """``credential_propagation``: how long each rotation phase of the credentials and
         of the MPI SSH keys waits (credentials.py, mpi_keys.py); ``issue_credentials(cluster,
@@ -163,6 +167,7 @@ class Reconciler:
         self._propagation = credential_propagation
         self._issue = issue_credentials
         self._new_mpi_keys = new_mpi_keys
+        self._new_ray_token = new_ray_token
         self._caches = caches
         self._settings = settings
         self._identity = identity
@@ -204,9 +209,9 @@ class Reconciler:
             reason = _MISSING_KIND_REASONS.get(exc.kind, reasons.APPLY_FAILED)
             failure = Failure(reason, _missing_kind_message(exc))
             requeue = REQUEUE_MISSING_API_SECONDS
-        except MpiSecretConflict as exc:
+        except SecretConflict as exc:
             # That Secret is not watched (not ours): look again for it to be gone.
-            failure = Failure(reasons.MPI_SECRET_CONFLICT, str(exc))
+            failure = Failure(exc.reason, str(exc))
             requeue = REQUEUE_APPLY_FAILED_SECONDS
         except ApiError as exc:
             if exc.status not in (400, 403, 422):
@@ -377,7 +382,7 @@ class Reconciler:
     async def _apply_mpi_keys(self, cr: InferenceCluster, obj: Manifest) -> float | None:
         """For a cluster with a pool launching an MPI world: create its SSH keys, adopt a
         hand-made Secret of theirs, or move a rotation on; returns when to look again
-        while a rotation phase waits. Raises MpiSecretConflict for someone else's Secret."""
+        while a rotation phase waits. Raises SecretConflict for someone else's Secret."""
         if not any(launches_mpi_world(cr, role) for role in PoolRole):
             return None
         namespace, cluster = cr.metadata.namespace or "default", cr.metadata.name
@@ -392,7 +397,13 @@ class Reconciler:
         if live is not None and adopted:
             state = adopt_mpi_keys_secret(live, requested, now)
             if state is None:
-                raise MpiSecretConflict(namespace, name)
+                raise SecretConflict(
+                    namespace,
+                    name,
+                    "holds no SSH key pair (id_ed25519, id_ed25519.pub) and was not made by "
+                    "the operator, which generates the MPI SSH keys there",
+                    reasons.MPI_SECRET_CONFLICT,
+                )
         else:
             state = parse_mpi_keys_secret(live)
             if live is not None and state is None:
@@ -416,12 +427,37 @@ class Reconciler:
             await self._emit(cr, [EventRecord("Normal", reasons.EVENT_MPI_KEYS_ADOPTED, message)])
         return plan.requeue_s
 
+    async def _apply_ray_token(self, cr: InferenceCluster) -> None:
+        """For a cluster with a pool launching Ray groups: its token Secret, made once and
+        kept (ray_token.py). Raises SecretConflict for someone else's Secret."""
+        if not any(launches_ray_group(cr, role) for role in PoolRole):
+            return
+        namespace, cluster = cr.metadata.namespace or "default", cr.metadata.name
+        name = names.ray_token_secret_name(cluster)
+        live = self._caches.of("Secret").get(namespace, name)
+        if live is None:
+            live = await self._client.get(SECRETS, namespace, name)
+        if live is not None and not owned_by(live, cr.metadata.uid):
+            raise SecretConflict(
+                namespace,
+                name,
+                "was not made by the operator, which keeps the token of the cluster's Ray "
+                "groups there",
+                reasons.RAY_SECRET_CONFLICT,
+            )
+        token = read_ray_token(live)
+        if token is None:
+            token = self._new_ray_token()
+            logger.info("[%s/%s] Ray token: generated", namespace, cluster)
+        await self._apply(render_ray_token(cr, token))
+
     async def _apply_all(
         self, cr: InferenceCluster, obj: Manifest
     ) -> tuple[dict[PoolRole, Manifest], float | None]:
         # The Secrets first: pods mount them.
         requeue = await self._apply_credentials(cr, obj)
         requeue = _sooner(requeue, await self._apply_mpi_keys(cr, obj))
+        await self._apply_ray_token(cr)
         children = render_cluster_children(cr, self._settings, include_pool_replicas=False)
         others = [c for c in children if c["kind"] != "WorkerPool"]
         # Stage 1: the ConfigMap and Services, and the pools (their uid and size feed stage 2).

@@ -91,6 +91,10 @@ def mpi_ssh_secret_name(cluster: str) -> str:
     return f"{cluster}-mpi-ssh"
 
 
+def ray_token_secret_name(cluster: str) -> str:
+    return f"{cluster}-ray-token"
+
+
 def frontend_network_policy_name(cluster: str) -> str:
     return f"{cluster}-{FRONTEND}"
 

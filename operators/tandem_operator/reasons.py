@@ -73,6 +73,8 @@ COMPUTE_DOMAIN_MISSING = "ComputeDomainMissing"  # NVIDIA's DRA driver (its CRD)
 # A Secret named as the cluster's MPI SSH keys exists, holds no key pair and is not the
 # operator's: it is not overwritten, and nothing is applied (mpi_keys.py).
 MPI_SECRET_CONFLICT = "MpiSecretConflict"
+# The same for the token of the cluster's Ray groups (ray_token.py).
+RAY_SECRET_CONFLICT = "RaySecretConflict"
 # A pool's worker cannot hold weights + workspace + its batch's KV on its GPUs
 # (tandem.capacity); the spec is not applied (capacity_gate).
 INSUFFICIENT_GPU_MEMORY = "InsufficientGPUMemory"

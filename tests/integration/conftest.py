@@ -144,14 +144,17 @@ class WorkerLauncher:
         env: Mapping[str, str],
         stop_grace_s: float | None = None,
         credentials: Path | None = None,
+        launcher: Sequence[str] = (),
     ) -> WorkerProcess:
         """``python -m tandem.worker *args`` with stderr in ``log``; fails with the log's
         tail if it exits before serving. ``credentials``: the cluster's directory, for the
-        worker (``--credentials``) and the test's client (mutual TLS)."""
+        worker (``--credentials``) and the test's client (mutual TLS). ``launcher``: a
+        command that execs the worker command after it (``tandem.worker.ray_launch``)."""
         if credentials is not None:
             args = [*args, f"--credentials={credentials}"]
         with log.open("wb") as stderr:
             proc = await asyncio.create_subprocess_exec(
+                *launcher,
                 sys.executable,
                 "-m",
                 "tandem.worker",

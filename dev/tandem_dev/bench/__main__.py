@@ -54,6 +54,18 @@ SECTIONS = (
         600,
     ),
     Section(
+        "tensor-parallel",
+        "Tensor parallelism across a Ray group: TP2 vs TP1 (SmolLM2-135M)",
+        "tandem_dev.bench.tensor_parallel",
+        "The reference engine's attention heads and MLP columns split across two ranks, "
+        "each in a process of its own, placed by Ray: the leader started as a "
+        "LeaderWorkerSet leader pod starts it (`tandem.worker.ray_launch`, token "
+        "authentication on), its follower rank on the group's other node, the ranks' "
+        "partial sums added over TCP every layer. Against TP1 in the same run: prefill and "
+        "decode step times, the share of the all-reduce, start to ready.",
+        600,
+    ),
+    Section(
         "kv-routing",
         "KV-event routing vs round-robin vs router memory (shared-prefix chats, SmolLM2)",
         "tandem_dev.bench.kv_routing",

@@ -13,6 +13,8 @@ Object tree (all names derived from the cluster name ``C``)::
     │                               (applied by the controller: credentials.py)
     ├── Secret C-mpi-ssh            pools launching an MPI world only: the SSH keys
     │                               (applied by the controller: mpi_keys.py)
+    ├── Secret C-ray-token          pools launching Ray groups only: Ray's token
+    │                               (applied by the controller: ray_token.py)
     ├── NetworkPolicy C-workers     workers accept only the cluster's own pods
     ├── NetworkPolicy C-frontend    API port from anywhere, metrics port from the operator
     ├── ComputeDomain C-nvlink      GB200 only: IMEX channel for whole-tray workers
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tandem.api.v1alpha1 import API_VERSION, InferenceCluster, PoolRole
+from tandem.worker.ray_launch import RayPorts
 from tandem_operator import names
 from tandem_operator.render.access import render_frontend_access
 from tandem_operator.render.contract import (
@@ -46,7 +49,7 @@ from tandem_operator.render.credentials import CredentialState, render_credentia
 from tandem_operator.render.mpi_keys import MpiKeyState, render_mpi_keys_secret
 from tandem_operator.render.multinode import (
     SUBDOMAIN_POLICY,
-    launches_mpi_world,
+    launches_ray_group,
     render_group_templates,
 )
 from tandem_operator.render.network_policy import (
@@ -60,6 +63,7 @@ from tandem_operator.render.pods import (
     render_worker_pod_template,
 )
 from tandem_operator.render.profiles import get_profile, render_worker_hardware, uses_channel_claim
+from tandem_operator.render.ray_token import render_ray_token_secret
 
 Manifest = dict[str, Any]
 
@@ -232,8 +236,11 @@ def render_network_policy(cr: InferenceCluster, settings: RenderSettings) -> Man
     meta = _meta(
         cr, names.network_policy_name(cluster), names.cluster_labels(cluster), _cluster_owner(cr)
     )
+    ray_roles = [role.value for role in PoolRole if launches_ray_group(cr, role)]
     return stamp_applied_hash(
-        render_worker_network_policy(meta, cluster, settings.worker_metrics_from)
+        render_worker_network_policy(
+            meta, cluster, settings.worker_metrics_from, ray_roles, RayPorts().block
+        )
     )
 
 
@@ -266,6 +273,12 @@ def render_mpi_keys(cr: InferenceCluster, state: MpiKeyState) -> Manifest:
     """The cluster's MPI SSH key Secret holding ``state`` (see ``mpi_keys.py``)."""
     name = names.mpi_ssh_secret_name(cr.metadata.name)
     return render_mpi_keys_secret(_cluster_secret_meta(cr, name), state)
+
+
+def render_ray_token(cr: InferenceCluster, token: bytes) -> Manifest:
+    """The cluster's Ray token Secret (see ``ray_token.py``)."""
+    name = names.ray_token_secret_name(cr.metadata.name)
+    return render_ray_token_secret(_cluster_secret_meta(cr, name), token)
 
 
 def _cluster_secret_meta(cr: InferenceCluster, name: str) -> Manifest:
@@ -320,9 +333,8 @@ def _render_workload(
             "restartPolicy": "RecreateGroupOnPodRestart",
             "workerTemplate": template,
         }
-        if launches_mpi_world(cr, role):
-            leader, follower = render_group_templates(cr, role, template)
-            group |= {"leaderTemplate": leader, "workerTemplate": follower}
+        leader, follower = render_group_templates(cr, role, template)
+        group |= {"leaderTemplate": leader, "workerTemplate": follower}
         return {
             "apiVersion": LWS_API_VERSION,
             "kind": "LeaderWorkerSet",

@@ -92,7 +92,10 @@ def render_engine_options(cr: InferenceCluster, role: PoolRole) -> Manifest:
             tensor_parallel_size=pool.tensor_parallel_size,
             offload=pool.kv_cache.offload,
         )
-    return {**options, **render_offload_options(pool.kv_cache.offload)}
+    rendered = {**options, **render_offload_options(pool.kv_cache.offload)}
+    if pool.tensor_parallel_size > 1:  # one rank per pod of the worker's Ray group
+        rendered["tensor_parallel_size"] = pool.tensor_parallel_size
+    return rendered
 
 
 def render_worker_config(cr: InferenceCluster, role: PoolRole) -> Manifest:

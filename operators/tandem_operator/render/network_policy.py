@@ -2,7 +2,10 @@
 
 Workers accept connections only from pods of their own cluster in their own namespace:
 its frontends (gRPC) and its other workers (gRPC, the TCP KV port, NIXL/UCX, whose ports
-UCX picks at run time, hence all ports). Optionally, the workers' read-only HTTP side
+UCX picks at run time, hence all ports). Where a pool's workers are Ray groups
+(``multinode``), the block of ports Ray listens on is taken out of that and opened to the
+pods of those pools alone: a frontend, or a worker of a one-node pool, cannot reach a
+Ray head (which also asks for the cluster's token). Optionally, the workers' read-only HTTP side
 port (``/metrics``, the probes) from peers the platform names, e.g. Prometheus
 (``--worker-metrics-from``). The kubelet's probes come from the node, which NetworkPolicy
 always allows.
@@ -49,13 +52,34 @@ def _cluster_pods(cluster: str, roles: Sequence[str]) -> Manifest:
 
 
 def render_worker_network_policy(
-    meta: Manifest, cluster: str, metrics_from: Sequence[Manifest] = ()
+    meta: Manifest,
+    cluster: str,
+    metrics_from: Sequence[Manifest] = (),
+    ray_roles: Sequence[str] = (),
+    ray_ports: range = range(0),
 ) -> Manifest:
-    """``meta``: the policy's metadata (name, namespace, labels, owner)."""
+    """``meta``: the policy's metadata (name, namespace, labels, owner). ``ray_roles``:
+    the pools whose workers are Ray groups; their Ray ports (``ray_ports``) are open to
+    those pools' own pods only, every other port as for any worker."""
     workers = [r.value for r in PoolRole]
-    ingress: list[Manifest] = [
-        {"from": [{"podSelector": _cluster_pods(cluster, [names.FRONTEND, *workers])}]}
-    ]
+    peers: Manifest = {
+        "from": [{"podSelector": _cluster_pods(cluster, [names.FRONTEND, *workers])}]
+    }
+    ingress: list[Manifest] = [peers]
+    if ray_roles:
+        peers["ports"] = [
+            {"protocol": "TCP", "port": 1, "endPort": ray_ports.start - 1},
+            {"protocol": "TCP", "port": ray_ports.stop, "endPort": 65535},
+            {"protocol": "UDP"},
+        ]
+        ingress.append(
+            {
+                "from": [{"podSelector": _cluster_pods(cluster, list(ray_roles))}],
+                "ports": [
+                    {"protocol": "TCP", "port": ray_ports.start, "endPort": ray_ports.stop - 1}
+                ],
+            }
+        )
     if metrics_from:  # an empty "from" would mean "from anywhere": only with peers named
         ingress.append(
             {

@@ -53,6 +53,13 @@ class RoutingPolicy(enum.StrEnum):
     ROUND_ROBIN = "round-robin"
 
 
+class MultiNodeLauncher(enum.StrEnum):
+    """How the ranks of a worker that spans nodes start (``nodesPerWorker > 1``)."""
+
+    RAY = "ray"  # a Ray cluster per group; the engine places its ranks (tandem.worker.ray_launch)
+    MPI = "mpi"  # one MPI world per group, over SSH (TensorRT-LLM only; tandem.worker.mpi_launch)
+
+
 class KvBackend(enum.StrEnum):
     NIXL = "nixl"
     TCP = "tcp"
@@ -474,6 +481,13 @@ class PoolSpec(ApiModel):
         le=64,
         description="Nodes one worker spans; more than 1 renders a LeaderWorkerSet.",
     )
+    launcher: MultiNodeLauncher = Field(
+        default=MultiNodeLauncher.RAY,
+        description="How a worker spanning nodes starts its ranks: ray (each group a Ray "
+        "cluster with token authentication; TensorRT-LLM's Ray orchestrator, the reference "
+        "engine's tensor-parallel ranks) or mpi (mpirun over SSH with operator-made keys; "
+        "TensorRT-LLM only).",
+    )
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[Toleration] = Field(default_factory=list)
@@ -876,6 +890,40 @@ class InferenceClusterSpec(ApiModel):
             "self.model.source.endsWith('.gguf')) && self.model.name.contains('gpt-oss'))",
             "the trtllm and simulated engines serve gpt-oss models (tokenizer harmony)",
             ".model.tokenizer",
+        ),
+        # The reference engine runs one tensor-parallel rank per pod of a Ray group, and a
+        # rank holds its own KV heads only: such a worker prefills what it decodes.
+        *(
+            CelRule(
+                f"self.engine.kind != 'reference' || "
+                f"self.{pool}.nodesPerWorker == self.{pool}.tensorParallelSize",
+                f"the reference engine runs one tensor-parallel rank per pod: "
+                f"spec.{pool}.nodesPerWorker must equal spec.{pool}.tensorParallelSize",
+                f".{pool}.nodesPerWorker",
+            )
+            for pool in ("prefill", "decode")
+        ),
+        CelRule(
+            "self.engine.kind != 'reference' || self.prefill.tensorParallelSize == 1",
+            "a prefill pool hands its KV to decode workers, and a tensor-parallel reference "
+            "worker's KV stays on its ranks: spec.prefill.tensorParallelSize must be 1",
+            ".prefill.tensorParallelSize",
+        ),
+        CelRule(
+            "self.engine.kind != 'reference' || self.decode.tensorParallelSize == 1 || "
+            "self.prefill.maxReplicas == 0",
+            "a tensor-parallel reference decode pool cannot take KV from a prefill pool (its "
+            "KV stays on its ranks): set spec.prefill.maxReplicas to 0 (aggregated)",
+            ".decode.tensorParallelSize",
+        ),
+        *(
+            CelRule(
+                f"self.engine.kind == 'trtllm' || self.{pool}.launcher == 'ray'",
+                f"spec.{pool}.launcher mpi starts TensorRT-LLM's MPI world; the reference and "
+                "simulated engines start under ray",
+                f".{pool}.launcher",
+            )
+            for pool in ("prefill", "decode")
         ),
         # TensorRT-LLM's KV cache manager has one tier below the GPU, host memory (its
         # secondary pool, kv_cache_config.host_cache_size): nothing could honour a disk

@@ -174,6 +174,8 @@ class EngineInfo:
     max_context: int
     kv_block_size: int
     eos_token_id: int
+    # False: its KV cannot move to or from other workers (it serves requests whole).
+    moves_kv: bool = True
     extra: dict[str, str] = field(default_factory=dict)
 
 

@@ -155,6 +155,11 @@ class WorkerService:
     ) -> PrefillReply:
         with self._counted("prefill"):
             self._check_accepting(self.config.role.prefills_for_others, "prefill")
+            if not self._driver.info.moves_kv:
+                raise WrongRole(
+                    f"worker {self.config.worker_id}: its engine's KV cannot move to "
+                    "another worker, so it prefills only what it decodes"
+                )
             _check_request(request_id, prompt, sampling)
             with self._tracked(), self._queued(len(prompt), decoding=False):
                 started = time.perf_counter()

@@ -189,11 +189,10 @@ def test_the_trtllm_image_keeps_the_base_images_builds() -> None:
     assert not base & pinned, f"{TRTLLM.name} would reinstall {sorted(base & pinned)}"
 
 
-def test_trtllm_image_installs_the_projects_gpu_requirements() -> None:
+def test_trtllm_image_installs_the_projects_gpu_and_multinode_requirements() -> None:
     commands = run_commands(TRTLLM)
-    assert ["python3", "requirements.py", "pyproject.toml", "gpu", ">", "requirements.txt"] in (
-        commands
-    )
+    requirements = ["python3", "requirements.py", "pyproject.toml", "gpu", "multinode"]
+    assert [*requirements, ">", "requirements.txt"] in commands
     assert ["pip", "install", "-r", "requirements.txt"] in commands
 
 

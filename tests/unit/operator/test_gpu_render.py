@@ -206,10 +206,15 @@ def test_unsupported_model_sources_are_refused(source: str) -> None:
 # --------------------------------------------------------------------------- multi-node
 
 
-def multi_node_cluster() -> InferenceCluster:
+def multi_node_cluster(launcher: str = "mpi") -> InferenceCluster:
     return load(
         "gpt-oss-120b-gb200.yaml",
-        decode={"tensorParallelSize": 8, "gpusPerWorker": 4, "nodesPerWorker": 2},
+        decode={
+            "tensorParallelSize": 8,
+            "gpusPerWorker": 4,
+            "nodesPerWorker": 2,
+            "launcher": launcher,
+        },
     )
 
 
@@ -221,6 +226,44 @@ def test_multi_node_workers_match_the_golden_file(
         render_all(cr), "LeaderWorkerSet", names.pool_name(cr.metadata.name, PoolRole.DECODE)
     )
     assert_golden("gpu-lws-gb200-decode.yaml", yaml.safe_dump(lws, sort_keys=False, width=100))
+    cr = multi_node_cluster("ray")
+    lws = find(
+        render_all(cr), "LeaderWorkerSet", names.pool_name(cr.metadata.name, PoolRole.DECODE)
+    )
+    assert_golden("gpu-lws-ray-gb200-decode.yaml", yaml.safe_dump(lws, sort_keys=False, width=100))
+
+
+def test_ray_groups_start_the_engine_on_the_leader_and_join_followers_with_the_token() -> None:
+    cr = multi_node_cluster("ray")
+    lws = find(render_all(cr), "LeaderWorkerSet", "gpt-oss-120b-decode")
+    group = lws["spec"]["leaderWorkerTemplate"]
+    leader = group["leaderTemplate"]["spec"]["containers"][0]
+    follower = group["workerTemplate"]["spec"]["containers"][0]
+    separator = leader["command"].index("--")
+    assert leader["command"][:separator] == ["python", "-m", "tandem.worker.ray_launch", "leader"]
+    assert leader["command"][separator + 1 :][:3] == ["python", "-m", "tandem.worker"]
+    assert leader["readinessProbe"]["httpGet"]["path"] == "/readyz"  # the router's target
+    assert follower["command"] == ["python", "-m", "tandem.worker.ray_launch", "follower"]
+    assert follower["ports"] == [{"name": "ray-node", "containerPort": 20001, "protocol": "TCP"}]
+    assert follower["readinessProbe"]["tcpSocket"] == {"port": "ray-node"}
+    assert "startupProbe" not in follower and "lifecycle" not in follower
+    for template in (group["leaderTemplate"], group["workerTemplate"]):
+        container = template["spec"]["containers"][0]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["RAY_AUTH_TOKEN_PATH"] == "/etc/tandem/ray/token"
+        assert "POD_IP" in env  # the address each node joins with
+        volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+        assert volumes["ray-token"]["secret"] == {
+            "secretName": "gpt-oss-120b-ray-token",
+            "items": [{"key": "token", "path": "token"}],
+            "defaultMode": 0o400,
+        }
+        assert "mpi-ssh" not in volumes
+    # TensorRT-LLM places its ranks through the group's Ray cluster; a one-node pool's
+    # (prefill) and an MPI world's ranks do not.
+    assert render_trtllm_config(cr, PoolRole.DECODE)["orchestrator_type"] == "ray"
+    assert "orchestrator_type" not in render_trtllm_config(cr, PoolRole.PREFILL)
+    assert "orchestrator_type" not in render_trtllm_config(multi_node_cluster(), PoolRole.DECODE)
 
 
 def test_multi_node_leader_launches_one_mpi_world_and_followers_serve_ssh() -> None:
@@ -267,8 +310,11 @@ def test_multi_node_workers_match_the_lws_crd_schema() -> None:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the CRD is 1.3 MB of YAML
     crd = yaml.load(LWS_CRD.read_text(), Loader=loader)
     version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
-    lws = find(render_all(multi_node_cluster()), "LeaderWorkerSet", "gpt-oss-120b-decode")
-    jsonschema.validate(lws, version["schema"]["openAPIV3Schema"])
+    for launcher in ("ray", "mpi"):
+        lws = find(
+            render_all(multi_node_cluster(launcher)), "LeaderWorkerSet", "gpt-oss-120b-decode"
+        )
+        jsonschema.validate(lws, version["schema"]["openAPIV3Schema"])
     # Both templates are plain pod templates: validate them as Kubernetes pods.
     for part in ("leaderTemplate", "workerTemplate"):
         template = lws["spec"]["leaderWorkerTemplate"][part]
@@ -277,12 +323,23 @@ def test_multi_node_workers_match_the_lws_crd_schema() -> None:
         kubernetes_validate.validate(pod, "1.36", strict=True)
 
 
-def test_reference_groups_keep_plain_workers() -> None:
-    cr = load("reference-cpu.yaml", decode={"nodesPerWorker": 2})
-    lws = find(
-        render_all(cr), "LeaderWorkerSet", names.pool_name(cr.metadata.name, PoolRole.DECODE)
+def test_a_tensor_parallel_reference_pool_runs_one_rank_per_pod_of_a_ray_group() -> None:
+    cr = load(
+        "reference-cpu.yaml",
+        decode={"nodesPerWorker": 2, "tensorParallelSize": 2},
+        prefill={"replicas": 0, "minReplicas": 0, "maxReplicas": 0},
     )
-    assert "leaderTemplate" not in lws["spec"]["leaderWorkerTemplate"]
+    children = render_all(cr)
+    lws = find(children, "LeaderWorkerSet", names.pool_name(cr.metadata.name, PoolRole.DECODE))
+    group = lws["spec"]["leaderWorkerTemplate"]
+    assert group["size"] == 2
+    leader = group["leaderTemplate"]["spec"]["containers"][0]
+    assert leader["command"][:4] == ["python", "-m", "tandem.worker.ray_launch", "leader"]
+    config_map = find(children, "ConfigMap", names.config_map_name(cr.metadata.name))
+    decode = json.loads(config_map["data"][names.config_key("decode")])
+    assert decode["engine"]["options"]["tensor_parallel_size"] == 2
+    prefill = json.loads(config_map["data"][names.config_key("prefill")])
+    assert "tensor_parallel_size" not in prefill["engine"]["options"]
 
 
 def test_every_profile_example_is_covered() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import kubernetes_validate  # type: ignore[import-untyped]
 
 from tandem_operator.render.children import render_cluster_children
@@ -33,6 +35,58 @@ def test_workers_accept_only_their_own_clusters_frontend_and_workers() -> None:
     assert peer["podSelector"]["matchExpressions"][0]["values"] == ["frontend", "prefill", "decode"]
     assert "ports" not in rule
     kubernetes_validate.validate(policy, "1.36", strict=True)
+
+
+def _admits(policy: dict[str, Any], role: str, port: int, protocol: str = "TCP") -> bool:
+    """Whether ``policy`` lets a pod of this cluster with ``role`` reach ``port`` (the
+    rules' semantics: any rule whose peers and ports both match)."""
+    labels = {"tandem.dev/cluster": "reference", "tandem.dev/role": role}
+
+    def selects(selector: dict[str, Any]) -> bool:
+        if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+            return False
+        return all(
+            labels.get(e["key"]) in e["values"] for e in selector.get("matchExpressions", [])
+        )
+
+    def opens(entry: dict[str, Any]) -> bool:
+        if entry.get("protocol", "TCP") != protocol:
+            return False
+        if "port" not in entry:
+            return True
+        return entry["port"] <= port <= entry.get("endPort", entry["port"])
+
+    return any(
+        any(selects(peer["podSelector"]) for peer in rule["from"] if "podSelector" in peer)
+        and ("ports" not in rule or any(opens(entry) for entry in rule["ports"]))
+        for rule in policy["spec"]["ingress"]
+    )
+
+
+def test_ray_ports_are_open_to_the_ray_pools_pods_only() -> None:
+    block = range(20000, 20200)
+    policy = render_worker_network_policy(META, "reference", (), ["decode"], block)
+    kubernetes_validate.validate(policy, "1.36", strict=True)
+    for port in (1, 8000, 19999, 20200, 45123, 65535):
+        assert all(_admits(policy, role, port) for role in ("frontend", "prefill", "decode"))
+    for port in (20000, 20001, 20008, 20150, 20199):
+        assert _admits(policy, "decode", port)
+        assert not _admits(policy, "frontend", port) and not _admits(policy, "prefill", port)
+    assert _admits(policy, "frontend", 53, "UDP")  # UDP as before: no Ray port is UDP
+    # Without Ray groups, nothing changes: every port from the cluster's pods.
+    plain = render_worker_network_policy(META, "reference")
+    assert all(_admits(plain, "frontend", port) for port in (20000, 20199))
+
+
+def test_a_cluster_with_a_ray_pool_closes_its_ray_ports_to_others() -> None:
+    cr = load(
+        "reference-cpu.yaml",
+        decode={"nodesPerWorker": 2, "tensorParallelSize": 2},
+        prefill={"replicas": 0, "minReplicas": 0, "maxReplicas": 0},
+    )
+    children = render_cluster_children(cr, RenderSettings(), include_pool_replicas=True)
+    workers = next(c for c in children if c["metadata"]["name"] == "reference-workers")
+    assert _admits(workers, "decode", 20000) and not _admits(workers, "frontend", 20000)
 
 
 def test_metrics_scrapers_get_the_side_port_only_and_only_when_named() -> None:

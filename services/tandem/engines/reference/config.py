@@ -73,6 +73,10 @@ class ReferenceModelConfig:
     # BLAS results depend on its thread count (it may split reductions): every engine
     # exchanging KV must use the same value, so it is part of the digest.
     blas_threads: int = 1
+    # Ranks the model's KV heads and MLP columns are split across (``tp``): 1 runs the
+    # whole model in this process; N needs a Ray cluster with a node for each of the
+    # N - 1 follower ranks. Part of the digest: each rank's KV holds its heads only.
+    tensor_parallel_size: int = 1
     prefix_cache: bool = True
     # KV offload tiers below the pool (``tandem.kv.offload``): prefix-cache blocks the
     # pool evicts go to host memory, then to a file in ``offload_disk_path``. 0: no tier.
@@ -150,6 +154,7 @@ ENGINE_FIELDS = frozenset(
         "row_tile",
         "attention_tile",
         "blas_threads",
+        "tensor_parallel_size",
         "prefix_cache",
         "max_context",
         "offload_host_bytes",
@@ -214,6 +219,7 @@ _POSITIVE = (
     "row_tile",
     "attention_tile",
     "blas_threads",
+    "tensor_parallel_size",
 )
 
 
@@ -229,6 +235,16 @@ def _validate(config: ReferenceModelConfig) -> None:
     if (config.offload_host_bytes or config.offload_disk_bytes) and not config.prefix_cache:
         # The tiers keep prefix-cache entries: without the cache there is nothing to keep.
         raise ReferenceConfigError("KV offload (offload_*_bytes) needs prefix_cache")
+    if config.tensor_parallel_size > min(config.num_kv_heads, config.intermediate):
+        raise ReferenceConfigError(
+            f"option tensor_parallel_size ({config.tensor_parallel_size}) exceeds the "
+            f"model's KV heads ({config.num_kv_heads}): every rank needs at least one"
+        )
+    if config.tensor_parallel_size > 1 and (config.offload_host_bytes or config.offload_disk_bytes):
+        # The tiers would move the leader's heads only.
+        raise ReferenceConfigError(
+            "KV offload (offload_*_bytes) is not built for tensor_parallel_size > 1"
+        )
     if config.sliding_window < 0:
         raise ReferenceConfigError(
             f"option sliding_window must be >= 0 (0: none), got {config.sliding_window}"

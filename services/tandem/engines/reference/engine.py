@@ -56,7 +56,9 @@ from tandem.engines.reference.prefix_cache import CacheEntry, PrefixCache
 from tandem.engines.reference.sampling import check_sampling, derive_seed, sample_token
 from tandem.engines.reference.sequence import Sequence, SequenceState
 from tandem.engines.reference.step_plan import compute_attention_tokens, plan_prefill_chunks
-from tandem.engines.reference.weights import ModelWeights
+from tandem.engines.reference.tp.ray_ranks import RankGroup, start_ranks
+from tandem.engines.reference.tp.shard import plan_shard, shard_config, shard_weights
+from tandem.engines.reference.weights import ModelWeights, init_weights
 from tandem.kv.block_hashes import compute_block_names
 from tandem.kv.events import KvCacheEvent
 
@@ -65,13 +67,31 @@ logger = logging.getLogger(__name__)
 
 class ReferenceEngine:
     def __init__(
-        self, config: ReferenceModelConfig | None = None, weights: ModelWeights | None = None
+        self,
+        config: ReferenceModelConfig | None = None,
+        weights: ModelWeights | None = None,
+        ranks: RankGroup | None = None,
     ) -> None:
+        """``ranks``: the follower ranks of a tensor-parallel group, which this engine
+        leads as rank 0 (``tp``); needed exactly when ``tensor_parallel_size > 1``."""
         self.config = config or ReferenceModelConfig()
         threadpool_limits(limits=self.config.blas_threads, user_api="blas")
         keep_freed_memory()
-        self.model = ReferenceModel(self.config, weights)
-        self.pool = KvPool(self.config)
+        if (ranks is None) != (self.config.tensor_parallel_size == 1):
+            raise EngineError(
+                f"tensor_parallel_size {self.config.tensor_parallel_size} needs "
+                f"{self.config.tensor_parallel_size - 1} follower rank(s)"
+            )
+        self._ranks = ranks
+        local, weights = self.config, weights or init_weights(self.config)
+        if ranks is not None:
+            shard = plan_shard(self.config, 0, self.config.tensor_parallel_size)
+            local, weights = (
+                shard_config(self.config, shard),
+                shard_weights(weights, self.config, shard),
+            )
+        self.model = ReferenceModel(local, weights, None if ranks is None else ranks.link.reduce)
+        self.pool = KvPool(local)
         self.cache = PrefixCache(self.pool) if self.config.prefix_cache else None
         self.offload = open_offload(self.config, self.pool, self.cache)
         self._sequences: dict[str, Sequence] = {}
@@ -87,6 +107,8 @@ class ReferenceEngine:
             max_context=self.config.max_context,
             kv_block_size=self.config.kv_block_size,
             eos_token_id=self.config.eos_token_id,
+            # Each rank holds its own KV heads: there is no one region to hand over.
+            moves_kv=ranks is None,
             extra={
                 "engine": "reference",
                 "config_digest": self.config.digest(),
@@ -95,6 +117,7 @@ class ReferenceEngine:
                 "sliding_window": str(self.config.sliding_window),
                 "kv_token_bytes": str(self.config.kv_token_bytes),
                 "blas_threads": str(self.config.blas_threads),
+                "tensor_parallel_size": str(self.config.tensor_parallel_size),
                 # A block holds kv_block_size tokens of one layer, not of all layers.
                 "kv_block_scope": "layer",
             },
@@ -117,7 +140,11 @@ class ReferenceEngine:
     def from_options(
         cls, options: Mapping[str, object], model_source: str | None = None
     ) -> ReferenceEngine:
-        return cls(*load_model(options, model_source))
+        config, weights = load_model(options, model_source)
+        ranks = None
+        if config.tensor_parallel_size > 1:
+            ranks = start_ranks(options, model_source, config.tensor_parallel_size)
+        return cls(config, weights, ranks)
 
     def kv_regions(self) -> Seq[memoryview]:
         return [self.pool.region()]
@@ -198,6 +225,10 @@ class ReferenceEngine:
     # -- decode side of a handoff -----------------------------------------------------
 
     def reserve(self, request_id: str, prompt: Seq[int], first_token: int) -> KvLayout:
+        if not self.info.moves_kv:
+            raise EngineError(
+                "a tensor-parallel reference worker does not take KV from other workers"
+            )
         self._check_new(request_id, prompt)
         self._check_token_ids([first_token])
         config, count = self.config, len(prompt)
@@ -300,6 +331,8 @@ class ReferenceEngine:
                 )
             )
         started = time.perf_counter()
+        if self._ranks is not None:
+            self._ranks.send_step(segments)
         logits = iter(self.model.forward_batch(segments))
         prompt = sum(len(p) for _, s, p in work if s.state is SequenceState.PREFILLING)
         self._prefill_seconds += compute_prompt_share(

@@ -29,16 +29,7 @@ class KvPool:
 
     def __init__(self, config: ReferenceModelConfig) -> None:
         self.block_size = config.kv_block_size
-        self.blocks: Float32Array = np.empty(
-            (config.num_kv_blocks, config.kv_block_size, 2, config.num_kv_heads, config.head_dim),
-            dtype=np.float32,
-        )
-        # Written now, page by page, so the whole pool is resident from the start, as a
-        # serving engine reserves its KV cache at start-up. Mapped lazily (np.zeros), each
-        # page would cost memory at its first use instead: the prefix cache keeps freed
-        # blocks, so the process would grow until the cache had filled the pool, minutes
-        # or hours into serving, where a memory limit should be met at start-up.
-        self.blocks.fill(0.0)
+        self.blocks = allocate_blocks(config)
         self._refs = [0] * config.num_kv_blocks
         self._cached = [False] * config.num_kv_blocks
         self._plain: list[int] = list(range(config.num_kv_blocks - 1, -1, -1))
@@ -119,6 +110,21 @@ class KvPool:
 
     def _uncache_oldest(self) -> None:
         self.uncache([next(iter(self._lru))])
+
+
+def allocate_blocks(config: ReferenceModelConfig) -> Float32Array:
+    """The pool's array, ``[blocks, block_size, 2 (k, v), kv_heads, head_dim]``."""
+    blocks: Float32Array = np.empty(
+        (config.num_kv_blocks, config.kv_block_size, 2, config.num_kv_heads, config.head_dim),
+        dtype=np.float32,
+    )
+    # Written now, page by page, so the whole pool is resident from the start, as a
+    # serving engine reserves its KV cache at start-up. Mapped lazily (np.zeros), each
+    # page would cost memory at its first use instead: the prefix cache keeps freed
+    # blocks, so the process would grow until the cache had filled the pool, minutes
+    # or hours into serving, where a memory limit should be met at start-up.
+    blocks.fill(0.0)
+    return blocks
 
 
 class _LayerTable:
@@ -211,10 +217,8 @@ class SequenceKv:
 
     def write(self, layer: int, start: int, keys: Float32Array, values: Float32Array) -> None:
         """Store K and V (``[tokens, kv_heads, head_dim]``) at positions ``start...``."""
-        positions = np.arange(start, start + keys.shape[0])
-        block_ids, slots = self._locate(layer, positions)
-        self._pool.blocks[block_ids, slots, 0] = keys
-        self._pool.blocks[block_ids, slots, 1] = values
+        table = self._tables[layer]
+        write_tokens(self._pool.blocks, table.first, table.physical, start, keys, values)
 
     def gather(self, layer: int, blocks: range, out: Float32Array) -> None:
         """Copy logical blocks ``blocks`` of ``layer`` into ``out``
@@ -222,25 +226,41 @@ class SequenceKv:
         table does not hold come out zero. Stale bytes (slots after the last written
         position, positions a transfer did not write) are the caller's to mask."""
         table = self._tables[layer]
-        low, high = max(blocks.start, table.first), min(blocks.stop, table.end)
-        if high <= low:
-            out[...] = 0.0
-            return
-        out[: low - blocks.start] = 0.0
-        out[high - blocks.start :] = 0.0
-        physical = table.physical[low - table.first : high - table.first]
-        np.take(
-            self._pool.blocks,
-            physical,
-            axis=0,
-            out=out[low - blocks.start : high - blocks.start],
-            mode="clip",
-        )
+        gather_blocks(self._pool.blocks, table.first, table.physical, blocks, out)
 
-    def _locate(
-        self, layer: int, positions: npt.NDArray[np.int64]
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        size = self._pool.block_size
-        table = self._tables[layer]
-        physical = np.asarray(table.physical, dtype=np.int64)
-        return physical[positions // size - table.first], positions % size
+
+def write_tokens(
+    pool: Float32Array,
+    first: int,
+    physical: Sequence[int],
+    start: int,
+    keys: Float32Array,
+    values: Float32Array,
+) -> None:
+    """K and V of positions ``start...`` into the blocks of one layer's table (logical
+    block ``first + i`` in ``pool[physical[i]]``)."""
+    size = pool.shape[1]
+    positions = np.arange(start, start + keys.shape[0])
+    block_ids = np.asarray(physical, dtype=np.int64)[positions // size - first]
+    slots = positions % size
+    pool[block_ids, slots, 0] = keys
+    pool[block_ids, slots, 1] = values
+
+
+def gather_blocks(
+    pool: Float32Array, first: int, physical: Sequence[int], blocks: range, out: Float32Array
+) -> None:
+    """Logical ``blocks`` of one layer's table into ``out``, zero where it holds none."""
+    low, high = max(blocks.start, first), min(blocks.stop, first + len(physical))
+    if high <= low:
+        out[...] = 0.0
+        return
+    out[: low - blocks.start] = 0.0
+    out[high - blocks.start :] = 0.0
+    np.take(
+        pool,
+        physical[low - first : high - first],
+        axis=0,
+        out=out[low - blocks.start : high - blocks.start],
+        mode="clip",
+    )

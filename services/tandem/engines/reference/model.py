@@ -11,7 +11,7 @@ rows of all sequences together, prefill chunks one by one), which goes through a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -30,6 +30,8 @@ from tandem.engines.reference.config import ReferenceModelConfig
 from tandem.engines.reference.weights import LayerWeights, ModelWeights, init_weights
 
 Float32Array = npt.NDArray[np.float32]
+# Adds a rank's partial sum to those of the other ranks of a tensor-parallel group.
+Reduce = Callable[[Float32Array], Float32Array]
 
 
 class KvStore(Protocol):
@@ -55,9 +57,18 @@ class Segment:
 
 
 class ReferenceModel:
-    def __init__(self, config: ReferenceModelConfig, weights: ModelWeights | None = None) -> None:
+    """The whole model, or one rank's shard of it (``tp.shard``): then ``config`` and
+    ``weights`` are the shard's and ``reduce`` sums each residual branch across ranks."""
+
+    def __init__(
+        self,
+        config: ReferenceModelConfig,
+        weights: ModelWeights | None = None,
+        reduce: Reduce | None = None,
+    ) -> None:
         self.config = config
         self.weights: ModelWeights = weights if weights is not None else init_weights(config)
+        self._reduce: Reduce = reduce if reduce is not None else _whole
 
     def forward(self, tokens: Sequence[int], start: int, kv: KvStore) -> Float32Array:
         """One sequence alone: the logits ``[vocab]`` of its last token."""
@@ -67,18 +78,29 @@ class ReferenceModel:
     def forward_batch(self, segments: Sequence[Segment]) -> Float32Array:
         """Writes every segment's KV; returns ``[segments wanting logits, vocab]``."""
         bounds = np.cumsum([0, *(len(s.tokens) for s in segments)])
-        tokens = [t for segment in segments for t in segment.tokens]
-        hidden = self.weights.embed(tokens)
-        for layer, weights in enumerate(self.weights.layers):
-            normed = _rms_norm(hidden, weights.attn_norm, self.config)
-            hidden = hidden + weights.out(self._attention(layer, weights, normed, segments, bounds))
-            hidden = hidden + self._mlp(weights, _rms_norm(hidden, weights.mlp_norm, self.config))
+        hidden = self.run_layers(segments, bounds)
         last = [int(bounds[i + 1]) - 1 for i, s in enumerate(segments) if s.wants_logits]
         if not last:
             return np.zeros((0, self.config.vocab_size), dtype=np.float32)
         final = _rms_norm(hidden[last], self.weights.final_norm, self.config)
         logits: Float32Array = self.weights.unembedding(final)
         return logits
+
+    def run_layers(
+        self, segments: Sequence[Segment], bounds: npt.NDArray[np.int64]
+    ) -> Float32Array:
+        """Writes every segment's KV; returns the last layer's hidden states (all a
+        follower rank computes: the leader alone turns them into logits)."""
+        tokens = [t for segment in segments for t in segment.tokens]
+        hidden = self.weights.embed(tokens)
+        reduce = self._reduce
+        for layer, weights in enumerate(self.weights.layers):
+            normed = _rms_norm(hidden, weights.attn_norm, self.config)
+            attended = self._attention(layer, weights, normed, segments, bounds)
+            hidden = hidden + reduce(weights.out(attended))
+            normed = _rms_norm(hidden, weights.mlp_norm, self.config)
+            hidden = hidden + reduce(self._mlp(weights, normed))
+        return hidden
 
     def _attention(
         self,
@@ -178,6 +200,10 @@ class ReferenceModel:
             expert_out = _swiglu(normed[rows], weights, int(expert))
             out[rows] += gates[rows, slots][:, None] * expert_out
         return out
+
+
+def _whole(branch: Float32Array) -> Float32Array:
+    return branch
 
 
 def _rms_norm(x: Float32Array, gain: Float32Array, config: ReferenceModelConfig) -> Float32Array:

@@ -41,6 +41,7 @@ from tandem.api.v1alpha1 import (
     InferenceCluster,
     InferenceClusterSpec,
     KvBackend,
+    MultiNodeLauncher,
     PoolRole,
     PoolSpec,
 )
@@ -163,6 +164,10 @@ def _defaults(spec: InferenceClusterSpec, role: PoolRole, pool: PoolSpec) -> dic
             "backend": TRANSCEIVER_BACKEND_BY_KV_BACKEND[spec.kv_transfer.backend],
         },
     }
+    if pool.nodes_per_worker > 1 and pool.launcher is MultiNodeLauncher.RAY:
+        # Ranks on the other pods of the worker's LeaderWorkerSet group, which
+        # tandem.worker.ray_launch joined into one Ray cluster (RAY_ADDRESS).
+        defaults["orchestrator_type"] = "ray"
     is_moe = architecture is not None and architecture.is_moe
     if is_moe or pool.expert_parallel_size > 1:
         tp, ep = pool.tensor_parallel_size, pool.expert_parallel_size

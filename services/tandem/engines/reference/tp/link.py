@@ -1,0 +1,172 @@
+"""The TCP link between the ranks of a tensor-parallel group: the leader sends each step
+to the followers, and every rank's partial sums are added up (an all-reduce).
+
+A star: the leader holds one connection per follower. A reduction collects every
+follower's partial, adds them to its own in rank order and sends the total back, so all
+ranks hold the same bits. Frames are an 8-byte length and raw bytes; arrays travel as
+their float32 bytes (both sides know the shape), steps as ``step.encode_step`` writes
+them. A connection opens with the group's secret (handed to the followers through Ray,
+whose own connections are token-authenticated) and is refused without it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import socket
+import struct
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from tandem.engines.base import EngineError
+
+Float32Array = npt.NDArray[np.float32]
+_LENGTH = struct.Struct("!Q")
+_ACCEPTED = b"ok"
+HANDSHAKE_TIMEOUT_S = 10.0
+
+
+class RankLinkError(EngineError):
+    """A rank of the group is gone or spoke out of turn: the group cannot go on."""
+
+
+class _Peer:
+    def __init__(self, sock: socket.socket, name: str) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
+        self.name = name
+
+    def send(self, *parts: bytes | memoryview) -> None:
+        try:
+            self._sock.sendall(_LENGTH.pack(sum(len(p) for p in parts)))
+            for part in parts:
+                self._sock.sendall(part)
+        except OSError as exc:
+            raise RankLinkError(f"tensor-parallel {self.name}: send failed: {exc}") from exc
+
+    def receive(self) -> bytes | None:
+        """The next frame; None when the peer closed the link between frames."""
+        header = self._read(_LENGTH.size, at_boundary=True)
+        if header is None:
+            return None
+        (length,) = _LENGTH.unpack(header)
+        body = self._read(length, at_boundary=False)
+        assert body is not None
+        return body
+
+    def receive_into(self, out: Float32Array) -> None:
+        frame = self.receive()
+        if frame is None or len(frame) != out.nbytes:
+            got = "nothing" if frame is None else f"{len(frame)} bytes"
+            raise RankLinkError(
+                f"tensor-parallel {self.name}: expected a partial sum of {out.nbytes} bytes, "
+                f"got {got}"
+            )
+        out.reshape(-1)[:] = np.frombuffer(frame, dtype=np.float32)
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def _read(self, count: int, *, at_boundary: bool) -> bytes | None:
+        chunks = bytearray()
+        while len(chunks) < count:
+            try:
+                chunk = self._sock.recv(min(count - len(chunks), 1 << 20))
+            except OSError as exc:
+                raise RankLinkError(f"tensor-parallel {self.name}: {exc}") from exc
+            if not chunk:
+                if at_boundary and not chunks:
+                    return None
+                raise RankLinkError(f"tensor-parallel {self.name} closed the link mid-frame")
+            chunks += chunk
+        return bytes(chunks)
+
+
+class LeaderLink:
+    """Rank 0's end: one connection per follower, in rank order."""
+
+    def __init__(self, peers: Sequence[_Peer]) -> None:
+        self._peers = list(peers)
+        # Time in reductions (the followers' partials awaited, the total sent back):
+        # what tensor parallelism costs a step beyond its shard's compute.
+        self.reduce_seconds = 0.0
+        self.reductions = 0
+
+    @classmethod
+    def connect(cls, addresses: Sequence[tuple[str, int]], secret: bytes) -> LeaderLink:
+        peers = []
+        for rank, (host, port) in enumerate(addresses, start=1):
+            name = f"rank {rank} at {host}:{port}"
+            try:
+                sock = socket.create_connection((host, port), timeout=HANDSHAKE_TIMEOUT_S)
+            except OSError as exc:
+                raise RankLinkError(f"tensor-parallel {name}: cannot connect: {exc}") from exc
+            peer = _Peer(sock, name)
+            peer.send(secret)
+            if peer.receive() != _ACCEPTED:
+                raise RankLinkError(f"tensor-parallel {name} refused the group's secret")
+            sock.settimeout(None)
+            peers.append(peer)
+        return cls(peers)
+
+    def send_step(self, step: Sequence[bytes]) -> None:
+        for peer in self._peers:
+            peer.send(*step)
+
+    def reduce(self, partial: Float32Array) -> Float32Array:
+        started = time.perf_counter()
+        total = np.ascontiguousarray(partial, dtype=np.float32)
+        received = np.empty_like(total)
+        for peer in self._peers:
+            peer.receive_into(received)
+            total = total + received
+        for peer in self._peers:
+            peer.send(total.data.cast("B"))
+        self.reduce_seconds += time.perf_counter() - started
+        self.reductions += 1
+        return total
+
+    def close(self) -> None:
+        for peer in self._peers:
+            peer.close()
+
+
+class FollowerLink:
+    """A follower's end: its one connection to the leader."""
+
+    def __init__(self, peer: _Peer) -> None:
+        self._peer = peer
+
+    @classmethod
+    def accept(cls, listener: socket.socket, secret: bytes) -> FollowerLink:
+        """Waits for the leader; a connection without the secret is closed and waited
+        past (anything may knock on a listening port)."""
+        while True:
+            sock, address = listener.accept()
+            sock.settimeout(HANDSHAKE_TIMEOUT_S)
+            peer = _Peer(sock, f"leader at {address[0]}:{address[1]}")
+            try:
+                offered = peer.receive()
+            except RankLinkError:
+                offered = None
+            if offered is not None and hmac.compare_digest(offered, secret):
+                peer.send(_ACCEPTED)
+                sock.settimeout(None)
+                return cls(peer)
+            peer.close()
+
+    def receive_step(self) -> bytes | None:
+        """The next step's frame; None when the leader closed the link."""
+        return self._peer.receive()
+
+    def reduce(self, partial: Float32Array) -> Float32Array:
+        part = np.ascontiguousarray(partial, dtype=np.float32)
+        self._peer.send(part.data.cast("B"))
+        total = np.empty_like(part)
+        self._peer.receive_into(total)
+        return total
+
+    def close(self) -> None:
+        self._peer.close()

@@ -1,0 +1,81 @@
+"""A tensor-parallel reference worker launched as a LeaderWorkerSet group launches it,
+on this machine (``tandem_dev.ray_group``): two Ray nodes (``tandem.worker.ray_launch``
+leader and follower, token authentication on, every port in its block), the worker on
+the leader placing its follower rank on the other node through Ray. Its greedy answers
+are token for token those of a TP1 worker, and it refuses to prefill for other workers."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tandem.engines.base import SamplingParams
+from tandem.worker.errors import WorkerCallError
+from tandem_dev.ray_group import FOLLOWER_IP, LocalRayGroup
+
+pytestmark = [pytest.mark.integration, pytest.mark.parallel]
+
+ENGINE: dict[str, object] = {
+    "num_layers": 2,
+    "hidden": 48,
+    "num_heads": 6,
+    "num_kv_heads": 3,  # split 2 + 1 across the two ranks
+    "head_dim": 8,
+    "intermediate": 96,
+    "num_kv_blocks": 1024,
+    "seed": 3,
+}
+SAMPLING = SamplingParams(max_tokens=10)
+PROMPTS = [list(range(5, 45)), list(range(100, 177)), [7] * 20]  # a 262-token vocabulary
+
+
+@pytest.fixture
+def ray_group() -> Iterator[LocalRayGroup]:
+    group = LocalRayGroup()
+    yield group
+    group.stop()
+
+
+async def _answers(client: Any) -> list[list[int]]:
+    answers = []
+    for i, prompt in enumerate(PROMPTS):
+        tokens = [
+            t async for chunk in client.decode(f"r{i}", prompt, SAMPLING) for t in chunk.token_ids
+        ]
+        answers.append(tokens)
+    return answers
+
+
+async def test_a_tp2_group_answers_as_one_worker(
+    tmp_path: Path, worker_launcher: Any, ray_group: LocalRayGroup
+) -> None:
+    def args(worker_id: str, tp: int) -> list[str]:
+        return [
+            "--role=both",
+            f"--worker-id={worker_id}",
+            f"--engine-options={json.dumps({**ENGINE, 'tensor_parallel_size': tp})}",
+            "--kv-backend=tcp",
+        ]
+
+    ray_group.start_follower(tmp_path / "follower.log")
+    group = await worker_launcher.start(
+        "tp2", args("tp2", 2), log=tmp_path / "tp2.log", env=ray_group.env,
+        launcher=ray_group.leader_launcher(),
+    )  # fmt: skip
+    single = await worker_launcher.start(
+        "tp1", args("tp1", 1), log=tmp_path / "tp1.log", env=os.environ
+    )
+    expected = await _answers(single.client)
+    assert all(len(tokens) == SAMPLING.max_tokens for tokens in expected)
+    assert await _answers(group.client) == expected
+    log = (tmp_path / "tp2.log").read_text()
+    assert "Ray group of 2 joined" in log
+    assert f"tensor-parallel group of 2: followers at {FOLLOWER_IP}:{ray_group.rank_port}" in log
+    # Its KV stays on its ranks: no prefill for another worker.
+    with pytest.raises(WorkerCallError, match="cannot move to another worker"):
+        await group.client.prefill("p", PROMPTS[0], SAMPLING)
