@@ -70,6 +70,18 @@ class LocalRayGroup:
         """Where the leader's worker finds its follower rank (RayPorts.rank_link)."""
         return self.first + 8
 
+    def kill_follower(self) -> int:
+        """SIGKILL every process of the follower "pod" (its Ray node and the rank it
+        hosts), as a node failure would; returns how many."""
+        killed = 0
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                env = proc.environ()
+                if env.get("RAY_TMPDIR") == str(self.root) and env.get("POD_IP") == FOLLOWER_IP:
+                    proc.kill()
+                    killed += 1
+        return killed
+
     def stop(self) -> None:
         if self.follower is not None and self.follower.poll() is None:
             self.follower.send_signal(signal.SIGTERM)  # `ray start --block` stops its node

@@ -6,6 +6,7 @@ are token for token those of a TP1 worker, and it refuses to prefill for other w
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ ENGINE: dict[str, object] = {
     "seed": 3,
 }
 SAMPLING = SamplingParams(max_tokens=10)
+LONG = SamplingParams(max_tokens=100_000)  # still streaming when its rank dies
 PROMPTS = [list(range(5, 45)), list(range(100, 177)), [7] * 20]  # a 262-token vocabulary
 
 
@@ -79,3 +81,18 @@ async def test_a_tp2_group_answers_as_one_worker(
     # Its KV stays on its ranks: no prefill for another worker.
     with pytest.raises(WorkerCallError, match="cannot move to another worker"):
         await group.client.prefill("p", PROMPTS[0], SAMPLING)
+
+    # The follower's pod dies mid-stream: the stream fails with a clean error at once,
+    # and the worker leaves (exit 1) so that its group restarts as a whole.
+    streamed: list[int] = []
+    killed = 0
+    with pytest.raises(WorkerCallError, match="engine is lost: tensor-parallel rank 1"):
+        async with asyncio.timeout(30):  # nothing hangs
+            async for chunk in group.client.decode("long", PROMPTS[0], LONG):
+                streamed += chunk.token_ids
+                if len(streamed) >= 8 and not killed:
+                    killed = ray_group.kill_follower()
+    assert killed and 8 <= len(streamed) < LONG.max_tokens
+    async with asyncio.timeout(30):
+        assert await group.proc.wait() == 1
+    assert "the engine is lost: exiting for a restart" in (tmp_path / "tp2.log").read_text()

@@ -183,6 +183,11 @@ class EngineError(Exception):
     """An engine refused or failed a request; the message is safe to show a user."""
 
 
+class EngineLost(EngineError):
+    """The engine can serve nothing more (a rank of its group is gone): only a restart of
+    the worker, and of its group, helps."""
+
+
 class KvCapacityError(EngineError):
     """Not enough free KV blocks for the request right now (retryable elsewhere)."""
 

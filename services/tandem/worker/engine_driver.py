@@ -25,6 +25,7 @@ from typing import Protocol
 from tandem.engines.base import (
     EngineError,
     EngineInfo,
+    EngineLost,
     EngineStats,
     FinishReason,
     KvCapacityError,
@@ -118,12 +119,14 @@ class SyncEngineDriver:
         clock: Callable[[], float] = time.monotonic,
         on_quarantine: Callable[[int], None] = lambda _: None,
         on_kv_events: Callable[[Sequence[KvCacheEvent]], None] | None = None,
+        on_engine_lost: Callable[[EngineLost], None] = lambda _: None,
     ) -> None:
-        """``on_kv_events`` receives the engine's KV cache events (engine thread)."""
+        """``on_kv_events`` receives the engine's KV cache events (engine thread);
+        ``on_engine_lost`` hears that the engine can serve nothing more."""
         runner.kv_event_sink = on_kv_events
         self._runner = runner
         self._transport = transport
-        self._loop = EngineLoop(runner)
+        self._loop = EngineLoop(runner, on_engine_lost)
         self._peers = PeerDirectory(transport, client_for, config.rpc_timeout_s)
         self._handoff = Handoff(
             config, runner, transport, self._peers, leases, client_for, clock, on_quarantine

@@ -277,6 +277,7 @@ async def run_worker(config: WorkerConfig, http_port: int | None = None) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    exit_code = 0
     async with asyncio.TaskGroup() as tasks:
         try:
             await service.start()
@@ -293,9 +294,19 @@ async def run_worker(config: WorkerConfig, http_port: int | None = None) -> int:
                 "mutual TLS" if credentials else "plaintext, loopback only",
             )
             print(f"READY {port}", flush=True)
-            await stop.wait()
-            left = await service.drain(config.drain_grace_s)
-            logger.info("drained (%d request(s) still in flight); stopping", left)
+            stopped = asyncio.create_task(stop.wait())
+            lost = asyncio.create_task(service.lost.wait())
+            await asyncio.wait((stopped, lost), return_when=asyncio.FIRST_COMPLETED)
+            for waiter in (stopped, lost):
+                waiter.cancel()
+            if service.lost.is_set():
+                # What it held has failed already; a restart (of the pod, and with it of
+                # its LeaderWorkerSet group) is what brings it back.
+                logger.error("the engine is lost: exiting for a restart")
+                exit_code = 1
+            else:
+                left = await service.drain(config.drain_grace_s)
+                logger.info("drained (%d request(s) still in flight); stopping", left)
         finally:
             for http, _ in side:
                 http.should_exit = True
@@ -304,7 +315,7 @@ async def run_worker(config: WorkerConfig, http_port: int | None = None) -> int:
             gpus.close()
             if isinstance(engine, EngineRunner):
                 engine.shutdown()
-    return 0
+    return exit_code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

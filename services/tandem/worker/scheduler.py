@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tandem.engines.base import (
     EngineError,
+    EngineLost,
     KvCapacityError,
     PrefillResult,
     SamplingParams,
@@ -40,8 +41,13 @@ class _Entry:
 
 
 class EngineLoop:
-    def __init__(self, runner: EngineRunner) -> None:
+    def __init__(
+        self, runner: EngineRunner, on_lost: Callable[[EngineLost], None] = lambda _: None
+    ) -> None:
+        """``on_lost``: the engine can serve nothing more; the loop has failed everything
+        it held, and stops."""
         self._runner = runner
+        self._on_lost = on_lost
         self._entries: dict[str, _Entry] = {}
         self._prefills: dict[str, asyncio.Future[PrefillResult]] = {}
         self._wake = asyncio.Event()
@@ -114,6 +120,12 @@ class EngineLoop:
             batch = {rid: entry.sampling for rid, entry in self._entries.items()}
             try:
                 outputs = await self._runner.call(self._runner.engine.step, batch)
+            except EngineLost as exc:
+                logger.error("engine lost (%d decoding): %s", len(batch), exc)
+                self._fail_decodes(batch, WorkerError(f"the worker's engine is lost: {exc}"))
+                self._fail_prefills(WorkerError(f"the worker's engine is lost: {exc}"))
+                self._on_lost(exc)
+                return
             except KvCapacityError as exc:
                 if batch:
                     self._evict_newest(batch, exc)

@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry
 
-from tandem.engines.base import AsyncEngine, EngineInfo, FinishReason, SamplingParams
+from tandem.engines.base import AsyncEngine, EngineInfo, EngineLost, FinishReason, SamplingParams
 from tandem.kv import KvTransport, LeaseTable, ReleaseOutcome
 from tandem.security.credentials import CredentialStore
 from tandem.telemetry.gpu import HealthVerdict
@@ -100,6 +100,7 @@ class WorkerService:
                 clock,
                 self.metrics.kv_quarantined_bytes.inc,
                 self.kv_event_log.publish_threadsafe,
+                self._engine_lost,
             )
         else:
             self._driver = AsyncEngineDriver(
@@ -113,6 +114,8 @@ class WorkerService:
         self._peers.on_evict(self._driver.forget_peer)
         self.config_digest = compute_config_digest(self._driver.info)
         self._status = HealthStatus.NOT_SERVING
+        # Set when the engine can serve nothing more: the process should exit (main.py).
+        self.lost = asyncio.Event()
         self._queued_requests = 0
         self._queued_tokens = 0
         self._in_flight = 0
@@ -128,6 +131,12 @@ class WorkerService:
         await self._driver.start()
         self._lease_task = asyncio.create_task(self._expire_leases(), name="lease-expiry")
         self._status = HealthStatus.SERVING
+
+    def _engine_lost(self, exc: EngineLost) -> None:
+        """Out of routing at once (health says not serving, new calls are refused); what
+        it held has failed with a clean error, to be retried elsewhere."""
+        self._status = HealthStatus.NOT_SERVING
+        self.lost.set()
 
     async def stop(self) -> None:
         self._status = HealthStatus.NOT_SERVING

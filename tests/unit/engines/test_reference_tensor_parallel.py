@@ -13,8 +13,9 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from tandem.engines.base import EngineError, SamplingParams
+from tandem.engines.base import EngineError, EngineLost, SamplingParams
 from tandem.engines.reference import ReferenceConfigError, ReferenceEngine, ReferenceModelConfig
+from tandem.engines.reference.tp import link as link_module
 from tandem.engines.reference.tp.follower import FollowerRank
 from tandem.engines.reference.tp.link import LeaderLink, RankLinkError
 from tandem.engines.reference.tp.ray_ranks import RankGroup
@@ -202,6 +203,33 @@ def test_a_follower_refuses_a_connection_without_the_secret(tiny_config: TinyCon
     LeaderLink.connect([("127.0.0.1", port)], SECRET).close()
     thread.join(timeout=10)
     assert served == [0]
+
+
+def test_a_silent_follower_fails_the_step_after_the_reduce_timeout(
+    tiny_config: TinyConfigFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(link_module, "REDUCE_TIMEOUT_S", 0.5)
+    config = tiny_config(tensor_parallel_size=2)
+    listener = socket.create_server(("127.0.0.1", 0))
+    hung = threading.Event()
+
+    def accept_then_hang() -> None:  # a follower whose pod froze: connected, silent
+        conn, _ = listener.accept()
+        conn.recv(64)
+        conn.sendall(len(b"ok").to_bytes(8, "big") + b"ok")
+        hung.wait(30)
+        conn.close()
+
+    thread = threading.Thread(target=accept_then_hang, daemon=True)
+    thread.start()
+    link = LeaderLink.connect([("127.0.0.1", listener.getsockname()[1])], SECRET)
+    engine = ReferenceEngine(config, init_weights(config), RankGroup(link, (), ()))
+    with pytest.raises(RankLinkError, match=r"sent nothing for 0\.5 s"):
+        engine.prefill("r", [1, 2, 3, 4], GREEDY)
+    assert isinstance(RankLinkError("x"), EngineLost)  # the worker restarts on it
+    hung.set()
+    thread.join(timeout=10)
+    listener.close()
 
 
 def test_a_lost_follower_fails_the_step_loudly(tiny_config: TinyConfigFactory) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from tandem.engines.base import (
     EngineError,
+    EngineLost,
     EngineStats,
     FinishReason,
     KvCapacityError,
@@ -190,6 +191,30 @@ async def test_engine_failure_fails_decodes_and_prefills(
     with pytest.raises(WorkerError, match="boom"):
         await asyncio.wait_for(prefill, 10)
     assert len(engine_loop) == 0
+
+
+async def test_a_lost_engine_fails_everything_says_so_once_and_steps_no_more() -> None:
+    engine = ScriptedEngine()
+    runner = EngineRunner(ThreadPoolExecutor(1), engine)  # type: ignore[arg-type]
+    heard: list[EngineLost] = []
+    engine_loop = EngineLoop(runner, heard.append)
+    engine.fail_next.append(EngineLost("rank 1 gone"))
+    engine_loop.start()
+    try:
+        first = engine_loop.add("x", SAMPLING)
+        prefill = asyncio.ensure_future(engine_loop.prefill("z", [1] * 400, SAMPLING))
+        (failed,) = await drain(first)
+        assert isinstance(failed, WorkerError) and "engine is lost: rank 1 gone" in str(failed)
+        with pytest.raises(WorkerError, match="engine is lost"):
+            await asyncio.wait_for(prefill, 10)
+        assert [str(e) for e in heard] == ["rank 1 gone"]
+        steps = len(engine.batches)
+        engine_loop.add("later", SAMPLING)  # the service refuses these; the loop is done
+        await asyncio.sleep(0.1)
+        assert len(engine.batches) == steps
+    finally:
+        await engine_loop.stop()
+        runner.shutdown()
 
 
 async def test_a_removed_sequence_is_no_longer_stepped(

@@ -20,16 +20,19 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from tandem.engines.base import EngineError
+from tandem.engines.base import EngineLost
 
 Float32Array = npt.NDArray[np.float32]
 _LENGTH = struct.Struct("!Q")
 _ACCEPTED = b"ok"
 HANDSHAKE_TIMEOUT_S = 10.0
+# A partial sum is one layer of one step away: a rank silent this long is lost (a hung or
+# cut-off pod), and the step fails instead of waiting forever.
+REDUCE_TIMEOUT_S = 60.0
 
 
-class RankLinkError(EngineError):
-    """A rank of the group is gone or spoke out of turn: the group cannot go on."""
+class RankLinkError(EngineLost):
+    """A rank of the group is gone, silent or spoke out of turn: the group cannot go on."""
 
 
 class _Peer:
@@ -57,7 +60,11 @@ class _Peer:
         return body
 
     def receive_into(self, out: Float32Array) -> None:
-        frame = self.receive()
+        self._sock.settimeout(REDUCE_TIMEOUT_S)
+        try:
+            frame = self.receive()
+        finally:
+            self._sock.settimeout(None)
         if frame is None or len(frame) != out.nbytes:
             got = "nothing" if frame is None else f"{len(frame)} bytes"
             raise RankLinkError(
@@ -74,6 +81,10 @@ class _Peer:
         while len(chunks) < count:
             try:
                 chunk = self._sock.recv(min(count - len(chunks), 1 << 20))
+            except TimeoutError:
+                raise RankLinkError(
+                    f"tensor-parallel {self.name} sent nothing for {self._sock.gettimeout():g} s"
+                ) from None
             except OSError as exc:
                 raise RankLinkError(f"tensor-parallel {self.name}: {exc}") from exc
             if not chunk:
