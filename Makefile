@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 NO_DEPS := images/no-deps-requirements.txt images/no-deps-harmony-requirements.txt
 PYTEST_ARGS ?=
 
-.PHONY: venv lint test test-unit test-integration test-e2e cluster-build promtool-build jaeger-build lws-build host-packages up down demo crds check-crds proto bench soak clean
+.PHONY: venv lint test test-unit test-integration test-e2e cluster-build promtool-build jaeger-build lws-build dns-build host-packages up down demo crds check-crds proto bench soak clean
 
 # The venv is rebuilt when pyproject.toml changes. NIXL goes in --no-deps: the meta
 # package would otherwise pull CUDA torch and ~3 GB of NVIDIA libraries we do not use on CPU.
@@ -63,6 +63,11 @@ jaeger-build:
 lws-build:
 	tests/lws/build-lws.sh
 
+# CoreDNS, the cluster DNS of the dev cluster's real node (pods resolve Services and
+# LeaderWorkerSet members through it); its own module and stamp, like LWS's.
+dns-build:
+	tests/dns/build-coredns.sh
+
 # Debian packages of the real test node (containerd, runc, CNI plugins, iptables, ...);
 # a no-op when all are installed, otherwise needs root (CI runs as root).
 host-packages:
@@ -76,7 +81,7 @@ host-packages:
 # run alone on the machine. The 25 slowest of those are listed at the end: the whole run
 # must stay under 45 minutes from a cold clone.
 PROGRESS := $(CURDIR)/build/pytest-current
-test: $(STAMP) cluster-build promtool-build jaeger-build lws-build host-packages images
+test: $(STAMP) cluster-build promtool-build jaeger-build lws-build dns-build host-packages images
 	$(MAKE) lint
 	@mkdir -p build
 	$(BIN)/pytest -q --tier=parallel -n auto --dist=loadgroup --durations=10 $(PYTEST_ARGS)
@@ -90,7 +95,7 @@ test-unit: $(STAMP)
 test-integration: $(STAMP) jaeger-build
 	$(BIN)/pytest -q tests/integration $(PYTEST_ARGS)
 
-test-e2e: $(STAMP) cluster-build lws-build host-packages
+test-e2e: $(STAMP) cluster-build lws-build dns-build host-packages
 	$(BIN)/pytest -q tests/e2e $(PYTEST_ARGS)
 
 # The README's main-job command: a local InferenceCluster serving SmolLM2-135M-Instruct on

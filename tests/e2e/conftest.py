@@ -53,12 +53,14 @@ BUILD_TIMEOUT_S = 3600
 
 @cache
 def _build() -> str | None:
-    """Run tests/cluster/build.sh and tests/lws/build-lws.sh (the LeaderWorkerSet
-    controller) once per session; the error text if one failed."""
+    """Run tests/cluster/build.sh, tests/lws/build-lws.sh (the LeaderWorkerSet
+    controller) and tests/dns/build-coredns.sh (the real node's cluster DNS) once per
+    session; the error text if one failed."""
     script = find_build_script()
     if script is None:
         return None  # installed outside a checkout: rely on TANDEM_CLUSTER_BIN, _LWS_BIN
-    for build in (script, script.parent.parent / "lws" / "build-lws.sh"):
+    tests = script.parent.parent
+    for build in (script, tests / "lws" / "build-lws.sh", tests / "dns" / "build-coredns.sh"):
         result = subprocess.run(
             [str(build)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False
         )

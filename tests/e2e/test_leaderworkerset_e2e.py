@@ -1,8 +1,9 @@
 """A LeaderWorkerSet group of real pods on the real node, reconciled by the real LWS
 controller (sigs.k8s.io/lws, built by tests/lws/build-lws.sh and started by the dev
 cluster): the leader and its worker run and become Ready, the LeaderWorkerSet counts the
-group ready, its webhooks defaulted the object and labelled the pods, and deleting the
-worker restarts the whole group (restart policy RecreateGroupOnPodRestart).
+group ready, its webhooks defaulted the object and labelled the pods, the worker resolves
+its leader's name through the node's cluster DNS (CoreDNS), and deleting the worker
+restarts the whole group (restart policy RecreateGroupOnPodRestart).
 
 Needs root (the real node).
 """
@@ -116,6 +117,18 @@ def test_group_of_real_pods_becomes_ready_and_restarts_as_a_unit(
         env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env", [])}
         assert env["LWS_LEADER_ADDRESS"] == f"{NAME}-0.{NAME}.{real_node_namespace}"
         assert env["LWS_GROUP_SIZE"] == "2"
+    # The node's cluster DNS answers that name with the leader's pod IP (a launcher dials
+    # it before the leader is ready: the group's headless Service publishes not-ready
+    # pods), and refuses a name outside the cluster instead of sending it anywhere.
+    lookup = (
+        "import os, socket\n"
+        "print(socket.gethostbyname(os.environ['LWS_LEADER_ADDRESS']))\n"
+        "try:\n    socket.gethostbyname('example.com')\nexcept OSError:\n    print('refused')\n"
+    )
+    answer = cluster.kubectl(
+        "exec", "-n", real_node_namespace, f"{NAME}-0-1", "--", "python", "-c", lookup
+    ).stdout.split()
+    assert answer == [pods["0"]["status"]["podIP"], "refused"]
 
     before = _uids(cluster, real_node_namespace)
     cluster.kubectl("delete", "pod", f"{NAME}-0-1", "-n", real_node_namespace, "--wait=false")

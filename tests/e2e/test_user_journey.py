@@ -14,7 +14,10 @@ requests go on on the other: zero failed), back to 1, and delete the prefill pod
 failed requests); a burst of long prompts grows the prefill pool through the in-cluster
 autoscaler and the new pod serves; the leader operator pod is killed and a spec edit still
 converges; ``helm upgrade`` and an engine setting change roll pods (zero failed requests);
-deleting the InferenceCluster leaves no child and no container. Last, the same cluster
+deleting the InferenceCluster leaves no child and no container. Then a tensor-parallel
+cluster: its decode worker split across the two pods of a LeaderWorkerSet group under Ray
+(each rank on its own pod, the leader resolving through the node's cluster DNS) answers
+the chat questions the TP1 cluster answered, word for word. Last, the same cluster
 under ``planning.mode: auto``: its profiling Job runs on the real kubelet, the pools take
 the plan made from that table, and short prompts re-plan it to fewer workers under load
 (zero failed requests).
@@ -168,6 +171,7 @@ class Journey:
     port_forward: Any
     started: float = field(default_factory=time.monotonic)
     api_key: str = ""  # the key the journey's clients use (tandem keys add)
+    greedy_answers: list[str] = field(default_factory=list)  # TP_QUESTIONS, at TP1
 
     def keys(self, *args: str) -> subprocess.CompletedProcess[str]:
         """``tandem keys ARGS -n journey``, as a user runs it (KUBECONFIG set)."""
@@ -440,6 +444,8 @@ def test_openai_client_through_port_forward(journey: Journey) -> None:
         assert streamed
         completion = client.completions.create(model=NAME, prompt="Once upon", max_tokens=4)
         assert completion.choices[0].text
+        # For the tensor-parallel cluster's step, after this one is gone.
+        journey.greedy_answers = _greedy_answers(client, NAME)
         # A bad request gets an OpenAI-shaped 4xx, not a stack trace.
         with pytest.raises(openai.NotFoundError) as missing:
             client.chat.completions.create(
@@ -872,6 +878,98 @@ def test_deleting_the_cluster_leaves_no_child_and_no_container(journey: Journey)
         return len(listing.stdout.strip().splitlines()) <= 1  # the header only
 
     eventually(no_containers, "every container of the cluster to be gone")
+
+
+TP_NAME = "reference-tp2"
+# The questions tests/unit/engines/test_reference_tensor_parallel.py answers with TP1 and
+# TP2 in one process; here through two clusters, pods and frontends.
+TP_QUESTIONS = ("What is the capital of France?", "Name three colours of the rainbow.")
+
+
+def render_tensor_parallel_manifest() -> Json:
+    """The CPU example with its decode worker split across two pods (TP2, one rank per
+    pod of a LeaderWorkerSet group under Ray) and no prefill pool: such a worker's KV stays
+    on its ranks, so it serves aggregated."""
+    doc: Json = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"] |= {"name": TP_NAME, "namespace": NS}
+    doc["spec"]["model"]["servedName"] = TP_NAME
+    doc["spec"]["prefill"] |= {"replicas": 0, "minReplicas": 0, "maxReplicas": 0}
+    # Each pod holds a Ray node beside its rank (~0.4 GiB more than a worker alone).
+    doc["spec"]["decode"] |= {
+        "replicas": 1,
+        "minReplicas": 1,
+        "maxReplicas": 1,
+        "nodesPerWorker": 2,
+        "tensorParallelSize": 2,
+        "resources": {"requests": {"cpu": "250m", "memory": "1536Mi"}, "limits": {"memory": "3Gi"}},
+    }
+    return doc
+
+
+def _greedy_answers(client: openai.OpenAI, model: str) -> list[str]:
+    answers = []
+    for question in TP_QUESTIONS:
+        reply = client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": question}],
+            max_tokens=12,
+            temperature=0,
+        )
+        answers.append(reply.choices[0].message.content or "")
+    return answers
+
+
+def test_a_tensor_parallel_worker_spans_two_pods_under_ray(journey: Journey) -> None:
+    """After the TP1 cluster is gone (both would not fit the node's two cores)."""
+    journey.kubectl("apply", "-f", "-", input=json.dumps(render_tensor_parallel_manifest()))
+    key = journey.keys("add", TP_NAME, "--tenant", "tp", "--id", "tp-1").stdout.strip()
+    journey.kubectl(
+        "wait", "--for=condition=Ready", f"ic/{TP_NAME}", "-n", NS, "--timeout=400s",
+        timeout_s=430,
+    )  # fmt: skip
+    group = journey.get(
+        "pods", "-n", NS, "-l", f"leaderworkerset.sigs.k8s.io/name={TP_NAME}-decode"
+    )["items"]
+    assert len(group) == 2 and all(_ready(p) for p in group)
+    assert {p["spec"]["nodeName"] for p in group} == {REAL_NODE_NAME}
+    created = min(datetime.fromisoformat(p["metadata"]["creationTimestamp"]) for p in group)
+    ready = max(
+        datetime.fromisoformat(c["lastTransitionTime"])
+        for p in group
+        for c in p["status"]["conditions"]
+        if c["type"] == "Ready"
+    )
+    FIGURES["ray_group_create_to_ready_s"] = (ready - created).total_seconds()
+    token = journey.get("secret", f"{TP_NAME}-ray-token", "-n", NS)
+    assert token["metadata"]["ownerReferences"][0]["name"] == TP_NAME
+
+    expected = journey.greedy_answers  # the TP1 cluster's, asked before it was deleted
+    with journey.port_forward(
+        journey.cluster, f"svc/{TP_NAME}-frontend", 8000, namespace=NS
+    ) as port:
+        base = f"http://127.0.0.1:{port}/v1"
+        eventually(lambda: key_works(base, key), "the tensor-parallel cluster's key", KEY_WAIT_S)
+        answers = _greedy_answers(journey.client(base, key), TP_NAME)
+    assert all(expected) and answers == expected
+
+    leader = next(
+        p["metadata"]["name"]
+        for p in group
+        if p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
+    )
+    log = journey.kubectl("logs", "-n", NS, leader).stdout
+    assert "Ray group of 2 joined" in log and "tensor-parallel group of 2" in log
+    # Its pool's EndpointSlice had no endpoints while the group started (null, which the
+    # Kubernetes client's model refuses): the frontend's watch read it all the same.
+    frontend_log = journey.kubectl(
+        "logs", "-n", NS, "-l", f"tandem.dev/cluster={TP_NAME},tandem.dev/role=frontend"
+    ).stdout
+    assert "watching EndpointSlices" not in frontend_log
+    journey.kubectl("delete", "ic", TP_NAME, "-n", NS, "--wait=true", timeout_s=300)
+    eventually(
+        lambda: not journey.get("pods", "-n", NS, "-l", f"tandem.dev/cluster={TP_NAME}")["items"],
+        "the tensor-parallel cluster's pods to be gone",
+    )
 
 
 # --------------------------------------------------------------------- planning

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from tandem.devcluster import lws, processes
+from tandem.devcluster import dns, lws, processes
 from tandem.devcluster.binaries import ClusterBinaries, find_kubectl, locate_binaries
 from tandem.devcluster.components import Component, Ports, render_components, render_kwok_config
 from tandem.devcluster.kubeconfig import render_token_file, write_kubeconfig, write_private
@@ -299,12 +299,13 @@ def start_cluster(
             lws_build = lws.locate_lws(options.lws_bin_dir)
         except lws.LwsBuildMissingError as err:
             raise DevClusterError(str(err)) from err
-    pause_archive = None
+    pause_archive = coredns = None
     if profile.real_node:
         # Before anything starts: one line now instead of after the control plane.
         try:
             pause_archive = prepare_real_node(bins, options.pause_image)
-        except RealNodeError as err:
+            coredns = dns.locate_coredns()
+        except (RealNodeError, dns.CoreDnsBuildMissingError) as err:
             raise DevClusterError(str(err)) from err
 
     _reset(layout)
@@ -314,8 +315,10 @@ def start_cluster(
     token = options.token or secrets.token_urlsafe(32)
     node_token = secrets.token_urlsafe(32)
     lws_token = secrets.token_urlsafe(32)
+    dns_token = secrets.token_urlsafe(32)
     tokens = render_token_file(token)
     tokens += render_node_token_line(node_token) * profile.real_node
+    tokens += dns.render_token_line(dns_token) * profile.real_node
     tokens += lws.render_token_line(lws_token) * options.with_lws
     write_private(layout.token_file, tokens)
     # One call, so no port is handed out twice.
@@ -345,7 +348,10 @@ def start_cluster(
         _bring_up(cluster, bins, pki, kubelet_pki, ports, token, profile, deadline, report)
         if lws_build is not None and lws_ports is not None:
             _start_lws(cluster, lws_build, pki, lws_ports, lws_token, deadline, report)
-        if pause_archive is not None and kubelet_pki is not None:
+        if pause_archive is not None and kubelet_pki is not None and coredns is not None:
+            apply = ("apply", "--server-side", f"--field-manager={FIELD_MANAGER}")
+            rbac = {"apiVersion": "v1", "kind": "List", "items": dns.render_rbac()}
+            cluster.kubectl(*apply, "-f", "-", input=json.dumps(rbac))
             plan = plan_real_node(
                 root=layout.real_node_dir,
                 kubelet=bins.path("kubelet"),
@@ -353,6 +359,8 @@ def start_cluster(
                 pki=pki,
                 kubelet_pki=kubelet_pki,
                 node_token=node_token,
+                dns_token=dns_token,
+                coredns=coredns,
                 pause_archive=pause_archive,
             )
             report(f"starting the real node (kubelet + containerd; files in {plan.root})")

@@ -257,7 +257,10 @@ class EndpointSliceMembership:
 
     async def _watch(self, resource_version: str) -> None:
         api = await self._discovery()
-        async with kube_watch.Watch() as stream:
+        # Events as plain JSON, as the list reads them: the client's V1EndpointSlice model
+        # refuses a slice whose endpoints are null (a Service with no pod yet, or a
+        # LeaderWorkerSet group's before its pods exist), which the API server sends.
+        async with kube_watch.Watch(return_type="object") as stream:
             async for event in stream.stream(
                 api.list_namespaced_endpoint_slice,
                 self._target.namespace,

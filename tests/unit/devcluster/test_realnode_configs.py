@@ -15,6 +15,7 @@ import yaml
 from tandem.devcluster.realnode.configs import (
     api_proxy_argv,
     containerd_argv,
+    coredns_argv,
     kubelet_argv,
     render_cni_conflist,
     render_containerd_config,
@@ -33,6 +34,8 @@ PLAN = NodePlan(
     kubelet_healthz_port=41002,
     api_port=6444,
     api_kubeconfig=f"{ROOT}/kubelet.kubeconfig",
+    coredns="/dns-bin/coredns",
+    dns_kubeconfig=f"{ROOT}/coredns.kubeconfig",
     ca_cert="/state/pki/ca.crt",
     serving_cert="/state/pki/kubelet.crt",
     serving_key="/state/pki/kubelet.key",
@@ -147,6 +150,19 @@ def test_kubelet_is_node_localhost_with_the_bridge_as_node_ip() -> None:
     assert f"--node-labels={NODE_KIND_LABEL}=real" in argv
     assert f"--root-dir={RUN}/kubelet" in argv
     assert containerd_argv(PLAN) == ("/usr/bin/containerd", f"--config={ROOT}/containerd.toml")
+
+
+def test_pods_resolve_cluster_names_through_coredns_on_the_bridge_and_nothing_else() -> None:
+    config = render_kubelet_config(PLAN)
+    assert config["clusterDNS"] == [PLAN.gateway] and config["clusterDomain"] == "cluster.local"
+    assert coredns_argv(PLAN) == ("/dns-bin/coredns", "-conf", f"{ROOT}/Corefile")
+    corefile = render_files(PLAN)[f"{ROOT}/Corefile"]
+    # One zone, from the API server with its own credentials, on the bridge address only;
+    # nothing forwards other names anywhere.
+    assert corefile.startswith("cluster.local:53 {")
+    assert f"bind {PLAN.gateway}" in corefile
+    assert f"kubeconfig {ROOT}/coredns.kubeconfig" in corefile
+    assert "forward" not in corefile and corefile.count(":53 {") == 1
 
 
 @pytest.mark.parametrize("name", ["containerd.toml", "10-tandem.conflist", "kubelet.yaml"])

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from tandem.devcluster.dns import CLUSTER_DOMAIN, render_corefile
 from tandem.devcluster.realnode.plan import (
     API_DNAT,
     API_PROXY_PORT,
@@ -173,6 +174,9 @@ def render_kubelet_config(plan: NodePlan) -> dict[str, Any]:
         "maxPods": 50,
         "registerNode": True,
         "serializeImagePulls": False,
+        # Pods resolve cluster names through the node's CoreDNS (tandem.devcluster.dns).
+        "clusterDNS": [plan.gateway],
+        "clusterDomain": CLUSTER_DOMAIN,
         # Mounted Secrets and ConfigMaps are refreshed on each pod sync: every 10 s instead
         # of the default minute, so an API key added to its Secret works within seconds
         # here (a handful of pods: the extra syncs cost the node nothing it notices).
@@ -217,6 +221,10 @@ def api_proxy_argv(plan: NodePlan) -> tuple[str, ...]:
     return (plan.tools.socat, listen, f"TCP:127.0.0.1:{plan.api_port}")
 
 
+def coredns_argv(plan: NodePlan) -> tuple[str, ...]:
+    return (plan.coredns, "-conf", str(plan.corefile))
+
+
 def containerd_argv(plan: NodePlan) -> tuple[str, ...]:
     return (plan.tools.containerd, f"--config={plan.containerd_config}")
 
@@ -241,4 +249,5 @@ def render_files(plan: NodePlan) -> dict[str, str]:
         str(plan.containerd_config): render_containerd_config(plan),
         str(conflist): json.dumps(render_cni_conflist(plan), indent=2) + "\n",
         str(plan.kubelet_config): yaml.safe_dump(render_kubelet_config(plan), sort_keys=False),
+        str(plan.corefile): render_corefile(plan.gateway, plan.dns_kubeconfig),
     }

@@ -41,12 +41,19 @@ def plan_real_node(
     pki: Pki,
     kubelet_pki: KubeletPki,
     node_token: str,
+    dns_token: str,
+    coredns: Path,
     pause_archive: Path,
 ) -> NodePlan:
-    """The node's plan, and the kubelet's client kubeconfig written under ``root``."""
+    """The node's plan, and the kubelet's and the cluster DNS's client kubeconfigs
+    written under ``root``."""
     root.mkdir(parents=True, exist_ok=True)
     kubeconfig = root / "kubelet.kubeconfig"
     write_kubeconfig(kubeconfig, server=api_url, ca_pem=pki.ca_cert.read_bytes(), token=node_token)
+    dns_kubeconfig = root / "coredns.kubeconfig"
+    write_kubeconfig(
+        dns_kubeconfig, server=api_url, ca_pem=pki.ca_cert.read_bytes(), token=dns_token
+    )
     port, healthz_port = allocate_ports(2)
     api_port = urlsplit(api_url).port
     if api_port is None:
@@ -58,6 +65,8 @@ def plan_real_node(
         kubelet_healthz_port=healthz_port,
         api_port=api_port,
         api_kubeconfig=str(kubeconfig),
+        coredns=str(coredns),
+        dns_kubeconfig=str(dns_kubeconfig),
         ca_cert=str(pki.ca_cert),
         serving_cert=str(kubelet_pki.serving_cert),
         serving_key=str(kubelet_pki.serving_key),

@@ -89,6 +89,9 @@ class NodePlan(BaseModel):
     api_port: int
     # Client credentials of the kubelet (system:node:localhost) and the cluster CA.
     api_kubeconfig: str
+    # The cluster DNS: CoreDNS's binary and its client credentials (tandem.devcluster.dns).
+    coredns: str
+    dns_kubeconfig: str
     ca_cert: str
     # The kubelet's serving certificate, signed by the cluster CA for localhost.
     serving_cert: str
@@ -163,6 +166,10 @@ class NodePlan(BaseModel):
     @property
     def kubelet_config(self) -> Path:
         return self._path("kubelet.yaml")
+
+    @property
+    def corefile(self) -> Path:
+        return self._path("Corefile")
 
     @property
     def kubelet_root(self) -> Path:

@@ -34,6 +34,7 @@ from tandem.devcluster.realnode import host
 from tandem.devcluster.realnode.configs import (
     api_proxy_argv,
     containerd_argv,
+    coredns_argv,
     kubelet_argv,
     render_files,
     render_iptables_rules,
@@ -210,6 +211,8 @@ class Supervisor:
         )
         host.run([*ctr, "-n", "k8s.io", "images", "import", plan.pause_archive])
         self._spawn("api-proxy", api_proxy_argv(plan), daemon_cgroups)
+        # Before the kubelet: pods it starts get it as their nameserver at once.
+        self._spawn("coredns", coredns_argv(plan), daemon_cgroups)
         self._check_stop()
 
         self._spawn("kubelet", kubelet_argv(plan), daemon_cgroups)
@@ -291,6 +294,8 @@ def _check_preconditions(plan: NodePlan) -> None:
     for tool in (plan.kubelet, tools.containerd, tools.ctr, tools.runc, tools.socat):
         if not os.access(tool, os.X_OK):
             raise RuntimeError(f"{tool} not found (make cluster-build; make host-packages)")
+    if not os.access(plan.coredns, os.X_OK):
+        raise RuntimeError(f"{plan.coredns} not found (make dns-build)")
     if not Path(plan.tools.cni_bin_dir, "bridge").is_file():
         raise RuntimeError(f"no CNI bridge plugin in {plan.tools.cni_bin_dir} (make host-packages)")
     taken = host.existing_cgroups(plan.cgroup)
