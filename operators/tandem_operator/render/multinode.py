@@ -78,29 +78,19 @@ def render_group_templates(
 def _render_ray_templates(
     cr: InferenceCluster, role: PoolRole, template: Manifest
 ) -> tuple[Manifest, Manifest]:
-    secret = names.ray_token_secret_name(cr.metadata.name)
-    leader = copy.deepcopy(template)
-    container = leader["spec"]["containers"][0]
-    container["command"] = [
-        "python",
-        "-m",
-        RAY_LAUNCH_MODULE,
-        "leader",
-        "--",
-        *worker_command(role),
-    ]
-    _mount_secret_item(leader, RAY_TOKEN_VOLUME, secret, TOKEN_KEY, RAY_TOKEN_MOUNT)
-    _add_env(container, {TOKEN_PATH_ENV: f"{RAY_TOKEN_MOUNT}/{TOKEN_KEY}"})
-
-    follower = copy.deepcopy(template)
+    leader, follower = copy.deepcopy(template), copy.deepcopy(template)
+    launch = ["python", "-m", RAY_LAUNCH_MODULE]
+    leader["spec"]["containers"][0]["command"] = [*launch, "leader", "--", *worker_command(role)]
     container = follower["spec"]["containers"][0]
-    container["command"] = ["python", "-m", RAY_LAUNCH_MODULE, "follower"]
+    container["command"] = [*launch, "follower"]
     container["ports"] = [
         {"name": "ray-node", "containerPort": RayPorts().node_manager, "protocol": "TCP"}
     ]
     _replace_probes(container, "ray-node")
-    _mount_secret_item(follower, RAY_TOKEN_VOLUME, secret, TOKEN_KEY, RAY_TOKEN_MOUNT)
-    _add_env(container, {TOKEN_PATH_ENV: f"{RAY_TOKEN_MOUNT}/{TOKEN_KEY}"})
+    secret = names.ray_token_secret_name(cr.metadata.name)
+    for part in (leader, follower):  # every node of the group presents the token
+        _mount_secret_item(part, RAY_TOKEN_VOLUME, secret, TOKEN_KEY, RAY_TOKEN_MOUNT)
+        _add_env(part["spec"]["containers"][0], {TOKEN_PATH_ENV: f"{RAY_TOKEN_MOUNT}/{TOKEN_KEY}"})
     return leader, follower
 
 

