@@ -311,6 +311,11 @@ class Reconciler:
         try:
             result = await self._client.apply(desired)
         except NotFound as exc:
+            if exc.kind == "namespaces":
+                # The cluster's namespace is being deleted under it: an API error like
+                # any other (retried with backoff, then the cluster is gone), not a
+                # missing CRD.
+                raise
             raise KindNotServed(desired["kind"], exc) from exc
         store.upsert_if_newer(result)
         return result

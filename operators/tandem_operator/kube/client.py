@@ -46,11 +46,14 @@ LIST_PAGE_SIZE = 500
 class ApiError(Exception):
     """The API server answered with an error status."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, kind: str = "") -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        # The kind the error is about (the Status's details.kind): a 404 for an object in
+        # a namespace being deleted names "namespaces".
+        self.kind = kind
 
 
 class NotFound(ApiError):
@@ -69,10 +72,11 @@ def _error(status: int, body: bytes) -> ApiError:
     try:
         doc = json.loads(body)
         reason, message = str(doc.get("reason", "")), str(doc.get("message", ""))
+        about = str((doc.get("details") or {}).get("kind", ""))
     except (ValueError, AttributeError):
-        reason, message = "", body.decode(errors="replace")[:500]
-    kind = {404: NotFound, 409: Conflict, 410: Gone}.get(status, ApiError)
-    return kind(status, reason, message)
+        reason, message, about = "", body.decode(errors="replace")[:500], ""
+    error = {404: NotFound, 409: Conflict, 410: Gone}.get(status, ApiError)
+    return error(status, reason, message, about)
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,17 @@ def test_errors_map_to_exception_kinds(status: int, kind: type[ApiError]) -> Non
     assert (error.status, error.reason, error.message) == (status, "R", "went wrong")
 
 
+def test_a_404_says_what_it_is_about() -> None:
+    # What kube-apiserver answers an apply into a namespace being deleted (Status details).
+    body = json.dumps({
+        "kind": "Status", "reason": "NotFound", "message": 'namespaces "ns" not found',
+        "details": {"name": "ns", "kind": "namespaces"},
+    }).encode()  # fmt: skip
+    assert _error(404, body).kind == "namespaces"
+    # A kind the server does not serve: no details.
+    assert _error(404, b'{"kind": "Status", "reason": "NotFound"}').kind == ""
+
+
 def test_a_non_json_error_body_is_kept_as_the_message() -> None:
     error = _error(502, b"<html>bad gateway</html>")
     assert error.message == "<html>bad gateway</html>"
