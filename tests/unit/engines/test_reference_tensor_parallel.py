@@ -48,7 +48,7 @@ class LocalGroup:
         for thread in self.threads:
             thread.start()
         link = LeaderLink.connect([("127.0.0.1", port) for port in ports], SECRET)
-        self.engine = ReferenceEngine(config, weights, RankGroup(link, (), ()))
+        self.engine = ReferenceEngine(config, weights, RankGroup(link, ()))
         self.link = link
 
     def close(self) -> list[int]:
@@ -216,7 +216,7 @@ def test_a_silent_follower_fails_the_step_after_the_reduce_timeout(
     thread = threading.Thread(target=accept_then_hang, daemon=True)
     thread.start()
     link = LeaderLink.connect([("127.0.0.1", listener.getsockname()[1])], SECRET)
-    engine = ReferenceEngine(config, init_weights(config), RankGroup(link, (), ()))
+    engine = ReferenceEngine(config, init_weights(config), RankGroup(link, ()))
     with pytest.raises(RankLinkError, match=r"sent nothing for 0\.5 s"):
         engine.prefill("r", [1, 2, 3, 4], GREEDY)
     assert isinstance(RankLinkError("x"), EngineLost)  # the worker restarts on it
@@ -240,7 +240,7 @@ def test_a_lost_follower_fails_the_step_loudly(tiny_config: TinyConfigFactory) -
     thread.start()
     link = LeaderLink.connect([("127.0.0.1", port)], SECRET)
     thread.join(timeout=10)
-    engine = ReferenceEngine(config, init_weights(config), RankGroup(link, (), ()))
+    engine = ReferenceEngine(config, init_weights(config), RankGroup(link, ()))
     with pytest.raises(RankLinkError, match=r"rank 1 at 127\.0\.0\.1"):
         engine.prefill("r", [1, 2, 3, 4], GREEDY)
     listener.close()

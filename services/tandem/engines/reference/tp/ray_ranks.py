@@ -57,7 +57,6 @@ class RankGroup:
 
     link: LeaderLink
     actors: Sequence[Any]
-    serving: Sequence[Any]  # the actors' ``serve`` calls: done means a rank ended
 
     def send_step(self, segments: Sequence[Segment]) -> None:
         step = []
@@ -109,7 +108,8 @@ def start_ranks(options: Mapping[str, object], model_source: str | None, size: i
     except (ray.exceptions.RayError, TimeoutError) as exc:
         raise EngineError(f"tensor-parallel follower ranks did not start: {exc}") from exc
     secret = secrets.token_bytes(32)
-    serving = [actor.serve.remote(secret) for actor in actors]
+    for actor in actors:  # each serves until the leader closes the link
+        actor.serve.remote(secret)
     addresses = list(zip(hosts, ports, strict=True))
     link = LeaderLink.connect(addresses, secret)
     logger.info(
@@ -117,4 +117,4 @@ def start_ranks(options: Mapping[str, object], model_source: str | None, size: i
         size,
         ", ".join(f"{host}:{port}" for host, port in addresses),
     )
-    return RankGroup(link, actors, serving)
+    return RankGroup(link, actors)
