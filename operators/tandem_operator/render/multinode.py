@@ -57,13 +57,11 @@ SUBDOMAIN_POLICY = "UniquePerReplica"
 
 
 def launches_mpi_world(cr: InferenceCluster, role: PoolRole) -> bool:
-    pool = pool_spec(cr, role)
-    return pool.nodes_per_worker > 1 and pool.launcher is MultiNodeLauncher.MPI
+    return pool_spec(cr, role).group_launcher is MultiNodeLauncher.MPI
 
 
 def launches_ray_group(cr: InferenceCluster, role: PoolRole) -> bool:
-    pool = pool_spec(cr, role)
-    return pool.nodes_per_worker > 1 and pool.launcher is MultiNodeLauncher.RAY
+    return pool_spec(cr, role).group_launcher is MultiNodeLauncher.RAY
 
 
 def render_group_templates(

@@ -500,6 +500,12 @@ class PoolSpec(ApiModel):
     pod_template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)
     kv_cache: KvCacheSpec = Field(default_factory=KvCacheSpec)
 
+    @property
+    def group_launcher(self) -> MultiNodeLauncher | None:
+        """How its workers' ranks start across the pods of a group; None when a worker
+        fits one node (no group, no launcher)."""
+        return self.launcher if self.nodes_per_worker > 1 else None
+
 
 class KvTransferSpec(ApiModel):
     """How KV cache moves from prefill to decode workers."""

@@ -164,7 +164,7 @@ def _defaults(spec: InferenceClusterSpec, role: PoolRole, pool: PoolSpec) -> dic
             "backend": TRANSCEIVER_BACKEND_BY_KV_BACKEND[spec.kv_transfer.backend],
         },
     }
-    if pool.nodes_per_worker > 1 and pool.launcher is MultiNodeLauncher.RAY:
+    if pool.group_launcher is MultiNodeLauncher.RAY:
         # Ranks on the other pods of the worker's LeaderWorkerSet group, which
         # tandem.worker.ray_launch joined into one Ray cluster (RAY_ADDRESS).
         defaults["orchestrator_type"] = "ray"

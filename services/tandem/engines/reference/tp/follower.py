@@ -31,8 +31,9 @@ class FollowerRank:
         self._pool = allocate_blocks(self._config)
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 
-    def listen(self, host: str = "0.0.0.0", port: int = 0) -> int:
-        """Opens the port the leader connects to; returns it."""
+    def listen(self, host: str, port: int = 0) -> int:
+        """Opens the port the leader connects to on ``host`` (its node's address); returns
+        it."""
         self._listener.bind((host, port))
         self._listener.listen(1)
         bound: int = self._listener.getsockname()[1]

@@ -103,7 +103,6 @@ class LeaderLink:
         # Time in reductions (the followers' partials awaited, the total sent back):
         # what tensor parallelism costs a step beyond its shard's compute.
         self.reduce_seconds = 0.0
-        self.reductions = 0
 
     @classmethod
     def connect(cls, addresses: Sequence[tuple[str, int]], secret: bytes) -> LeaderLink:
@@ -136,7 +135,6 @@ class LeaderLink:
         for peer in self._peers:
             peer.send(total.data.cast("B"))
         self.reduce_seconds += time.perf_counter() - started
-        self.reductions += 1
         return total
 
     def close(self) -> None:
