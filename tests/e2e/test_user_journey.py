@@ -887,15 +887,17 @@ TP_QUESTIONS = ("What is the capital of France?", "Name three colours of the rai
 
 
 def render_tensor_parallel_manifest() -> Json:
-    """The CPU example with its decode worker split across two pods (TP2, one rank per
-    pod of a LeaderWorkerSet group under Ray) and no prefill pool: such a worker's KV stays
-    on its ranks, so it serves aggregated."""
+    """The CPU example with its prefill worker split across two pods (TP2, one rank per pod
+    of a LeaderWorkerSet group under Ray) and a TP1 decode worker; every prompt goes to the
+    prefill pool (``minPrefillTokens: 0``), so each answer's KV is the group's, gathered
+    into the whole model's layout and pulled by the TP1 worker."""
     doc: Json = yaml.safe_load(EXAMPLE.read_text())
     doc["metadata"] |= {"name": TP_NAME, "namespace": NS}
     doc["spec"]["model"]["servedName"] = TP_NAME
-    doc["spec"]["prefill"] |= {"replicas": 0, "minReplicas": 0, "maxReplicas": 0}
-    # Each pod holds a Ray node beside its rank (~0.4 GiB more than a worker alone).
-    doc["spec"]["decode"] |= {
+    doc["spec"]["frontend"]["disaggregation"]["minPrefillTokens"] = 0
+    # Each pod holds a Ray node beside its rank (~0.4 GiB more than a worker alone), and
+    # the leader the whole-layout copy of its KV pool.
+    doc["spec"]["prefill"] |= {
         "replicas": 1,
         "minReplicas": 1,
         "maxReplicas": 1,
@@ -903,6 +905,7 @@ def render_tensor_parallel_manifest() -> Json:
         "tensorParallelSize": 2,
         "resources": {"requests": {"cpu": "250m", "memory": "1536Mi"}, "limits": {"memory": "3Gi"}},
     }
+    doc["spec"]["decode"] |= {"replicas": 1, "minReplicas": 1, "maxReplicas": 1}
     return doc
 
 
@@ -919,7 +922,9 @@ def _greedy_answers(client: openai.OpenAI, model: str) -> list[str]:
     return answers
 
 
-def test_a_tensor_parallel_worker_spans_two_pods_under_ray(journey: Journey) -> None:
+def test_a_tensor_parallel_prefill_group_spans_two_pods_and_hands_kv_to_tp1(
+    journey: Journey,
+) -> None:
     """After the TP1 cluster is gone (both would not fit the node's two cores)."""
     journey.kubectl("apply", "-f", "-", input=json.dumps(render_tensor_parallel_manifest()))
     key = journey.keys("add", TP_NAME, "--tenant", "tp", "--id", "tp-1").stdout.strip()
@@ -928,7 +933,7 @@ def test_a_tensor_parallel_worker_spans_two_pods_under_ray(journey: Journey) -> 
         timeout_s=430,
     )  # fmt: skip
     group = journey.get(
-        "pods", "-n", NS, "-l", f"leaderworkerset.sigs.k8s.io/name={TP_NAME}-decode"
+        "pods", "-n", NS, "-l", f"leaderworkerset.sigs.k8s.io/name={TP_NAME}-prefill"
     )["items"]
     assert len(group) == 2 and all(_ready(p) for p in group)
     assert {p["spec"]["nodeName"] for p in group} == {REAL_NODE_NAME}
@@ -951,6 +956,18 @@ def test_a_tensor_parallel_worker_spans_two_pods_under_ray(journey: Journey) -> 
         eventually(lambda: key_works(base, key), "the tensor-parallel cluster's key", KEY_WAIT_S)
         answers = _greedy_answers(journey.client(base, key), TP_NAME)
     assert all(expected) and answers == expected
+    # Both answers were prefilled by the group and decoded by the TP1 worker.
+    frontend = journey.get(
+        "pods", "-n", NS, "-l", f"tandem.dev/cluster={TP_NAME},tandem.dev/role=frontend"
+    )["items"][0]["metadata"]["name"]
+    with journey.port_forward(
+        journey.cluster, f"pod/{frontend}", FRONTEND_METRICS_PORT, namespace=NS
+    ) as port:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    assert metric_sum(text, "tandem_router_prefill_decisions_total", path="remote") == len(
+        TP_QUESTIONS
+    )
+    assert metric_sum(text, "tandem_router_kv_transfer_bytes_total") > 0
 
     leader = next(
         p["metadata"]["name"]

@@ -2,7 +2,8 @@
 on this machine (``tandem_dev.ray_group``): two Ray nodes (``tandem.worker.ray_launch``
 leader and follower, token authentication on, every port in its block), the worker on
 the leader placing its follower rank on the other node through Ray. Its greedy answers
-are token for token those of a TP1 worker, and it refuses to prefill for other workers."""
+are token for token those of a TP1 worker, its KV handed to a TP1 worker (gathered into
+the whole model's layout) decodes there to the same answer, and it takes no KV."""
 
 from __future__ import annotations
 
@@ -65,8 +66,11 @@ async def test_a_tp2_group_answers_as_one_worker(
         ]
 
     ray_group.start_follower(tmp_path / "follower.log")
+    # Its pod address (POD_IP) is the Ray node's; its gRPC and KV ports are on 127.0.0.1,
+    # where the TP1 worker reaches them.
     group = await worker_launcher.start(
-        "tp2", args("tp2", 2), log=tmp_path / "tp2.log", env=ray_group.env,
+        "tp2", [*args("tp2", 2), "--advertise-host=127.0.0.1"], log=tmp_path / "tp2.log",
+        env=ray_group.env,
         launcher=ray_group.leader_launcher(),
     )  # fmt: skip
     single = await worker_launcher.start(
@@ -78,9 +82,28 @@ async def test_a_tp2_group_answers_as_one_worker(
     log = (tmp_path / "tp2.log").read_text()
     assert "Ray group of 2 joined" in log
     assert f"tensor-parallel group of 2: followers at {FOLLOWER_IP}:{ray_group.rank_port}" in log
-    # Its KV stays on its ranks: no prefill for another worker.
-    with pytest.raises(WorkerCallError, match="cannot move to another worker"):
-        await group.client.prefill("p", PROMPTS[0], SAMPLING)
+    # TP2 -> TP1: the group prefills, gathers both ranks' heads into the whole layout,
+    # and the TP1 worker pulls that KV and decodes the answer it gives alone.
+    for i, prompt in enumerate(PROMPTS):
+        reply = await group.client.prefill(f"p{i}", prompt, SAMPLING)
+        assert reply.kv is not None and reply.kv.nbytes > 0
+        chunks = [
+            chunk
+            async for chunk in single.client.decode(
+                f"p{i}", prompt, SAMPLING, remote_kv=reply.kv, first_token=reply.first_token
+            )
+        ]
+        assert not chunks[0].prefilled_locally
+        assert chunks[0].kv_bytes_transferred == reply.kv.nbytes
+        assert [t for chunk in chunks for t in chunk.token_ids] == expected[i]
+    # The other way it refuses: its ranks hold separate heads.
+    reply = await single.client.prefill("q", PROMPTS[0], SAMPLING)
+    assert reply.kv is not None
+    with pytest.raises(WorkerCallError, match="split across 2 tensor-parallel ranks"):
+        async for _ in group.client.decode(
+            "q", PROMPTS[0], SAMPLING, remote_kv=reply.kv, first_token=reply.first_token
+        ):
+            pass
 
     # The follower's pod dies mid-stream: the stream fails with a clean error at once,
     # and the worker leaves (exit 1) so that its group restarts as a whole.

@@ -13,7 +13,9 @@ measures on one BLAS thread per rank:
   node starting, the follower joining);
 - prefill of a 1,024-token prompt (tokens/s), and a decode step of 1 and of 8 sequences;
 - for TP2, the share of each in the all-reduce: the leader's time in ``LeaderLink.reduce``
-  (waiting for the follower's partial sums, and sending the total back), 2 per layer.
+  (waiting for the follower's partial sums, and sending the total back), 2 per layer;
+- for TP2, the KV conversion a handoff to a TP1 worker needs: gathering the prompt's KV
+  into the whole model's layout (``ReferenceEngine.gather_kv``).
 
 The two ranks share this 2-core machine with each other's Ray processes, so TP2's
 ratios here say what the split costs and saves on CPU, not what NVLink-connected GPUs
@@ -86,9 +88,15 @@ def probe(tensor_parallel: int, started: float) -> dict[str, Any]:
 
     reductions.begin()
     began = time.perf_counter()
-    engine.prefill("p", _prompt(PROMPT_TOKENS, 1), STREAM)
+    prefilled = engine.prefill("p", _prompt(PROMPT_TOKENS, 1), STREAM)
     prefill_s = time.perf_counter() - began
     prefill_reduce_s = reductions.seconds()
+    # What a handoff to a TP1 worker costs before the transport reads: the follower's
+    # heads gathered and interleaved into the whole layout (nothing for TP1, whose pool
+    # is that layout).
+    began = time.perf_counter()
+    engine.gather_kv("p")
+    gather_s = time.perf_counter() - began
     engine.release("p")
 
     decode: dict[str, dict[str, float]] = {}
@@ -115,6 +123,9 @@ def probe(tensor_parallel: int, started: float) -> dict[str, Any]:
         "ready_s": ready_s,
         "prefill_tokens_per_s": PROMPT_TOKENS / prefill_s,
         "prefill_reduce_share": prefill_reduce_s / prefill_s,
+        "prefill_s": prefill_s,
+        "handoff_kv_bytes": prefilled.kv.nbytes,
+        "gather_s": gather_s,
         "decode": decode,
         "reductions_per_step": 2 * config.num_layers,
     }
@@ -190,6 +201,12 @@ def render(one: list[Result], two: list[Result]) -> str:
         f"{share(lambda r: r['decode']['8']['reduce_share'])} of a batch-8 one.",
         "- TP2's ready time counts Ray's head and node starting, the follower joining, both "
         "ranks loading the model and the rank link; TP1's, its process loading the model.",
+        f"- TP2 -> TP1 KV conversion: before a TP1 worker reads the {PROMPT_TOKENS}-token "
+        f"prompt's KV ({two[0]['handoff_kv_bytes'] / 2**20:.1f} MiB, the same bytes a TP1 "
+        "prefill worker hands over), the leader gathers the follower's heads over the rank "
+        "link and interleaves them into the whole layout: "
+        f"{' and '.join(format(r['gather_s'] * 1000, '.0f') + ' ms' for r in two)}, "
+        f"{share(lambda r: r['gather_s'] / r['prefill_s'])} of the prompt's prefill.",
     ]
     return "\n".join(lines)
 

@@ -898,7 +898,8 @@ class InferenceClusterSpec(ApiModel):
             ".model.tokenizer",
         ),
         # The reference engine runs one tensor-parallel rank per pod of a Ray group, and a
-        # rank holds its own KV heads only: such a worker prefills what it decodes.
+        # rank holds its own KV heads only: such a group hands its KV over gathered into
+        # the whole model's layout, but takes none (it would have to split it).
         *(
             CelRule(
                 f"self.engine.kind != 'reference' || "
@@ -910,16 +911,11 @@ class InferenceClusterSpec(ApiModel):
             for pool in ("prefill", "decode")
         ),
         CelRule(
-            "self.engine.kind != 'reference' || self.prefill.tensorParallelSize == 1",
-            "a prefill pool hands its KV to decode workers, and a tensor-parallel reference "
-            "worker's KV stays on its ranks: spec.prefill.tensorParallelSize must be 1",
-            ".prefill.tensorParallelSize",
-        ),
-        CelRule(
             "self.engine.kind != 'reference' || self.decode.tensorParallelSize == 1 || "
             "self.prefill.maxReplicas == 0",
-            "a tensor-parallel reference decode pool cannot take KV from a prefill pool (its "
-            "KV stays on its ranks): set spec.prefill.maxReplicas to 0 (aggregated)",
+            "a tensor-parallel reference decode pool takes no KV from a prefill pool (its "
+            "ranks hold separate KV heads): set spec.prefill.maxReplicas to 0 (aggregated) "
+            "or spec.decode.tensorParallelSize to 1",
             ".decode.tensorParallelSize",
         ),
         *(

@@ -174,8 +174,10 @@ class EngineInfo:
     max_context: int
     kv_block_size: int
     eos_token_id: int
-    # False: its KV cannot move to or from other workers (it serves requests whole).
-    moves_kv: bool = True
+    # How many ranks hold a share of each sequence's KV (its tensor-parallel group).
+    # Above 1 the engine takes no KV from other workers, and hands its own over only
+    # once gathered (``GathersKv``).
+    kv_ranks: int = 1
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -246,6 +248,17 @@ class ModelledKvTransfer(Protocol):
     real transfer did not take before committing."""
 
     def kv_transfer_delay_s(self, num_tokens: int) -> float: ...
+
+
+@runtime_checkable
+class GathersKv(Protocol):
+    """An engine whose KV is split across the ranks of its group (``info.kv_ranks`` > 1).
+    Its ``PrefillResult.kv`` names where a prefilled sequence's KV lies in the whole
+    model's layout, in one of its ``kv_regions``, once ``gather_kv`` has put the ranks'
+    shares there: the worker calls it before another worker reads the KV, so that an
+    engine that decodes what it prefilled never pays for it."""
+
+    def gather_kv(self, request_id: str) -> None: ...
 
 
 class AsyncEngine(Protocol):

@@ -151,6 +151,18 @@ class SyncEngineDriver:
     async def prefill(
         self, request_id: str, prompt: Sequence[int], sampling: SamplingParams
     ) -> PrefillResult:
+        result = await self._prefill_here(request_id, prompt, sampling)
+        if result.finish_reason is None and self.info.kv_ranks > 1:
+            try:
+                await self._loop.gather_kv(request_id)
+            except BaseException:
+                self.release_soon(request_id)
+                raise
+        return result
+
+    async def _prefill_here(
+        self, request_id: str, prompt: Sequence[int], sampling: SamplingParams
+    ) -> PrefillResult:
         try:
             return await self._loop.prefill(request_id, prompt, sampling)
         except KvCapacityError as exc:
@@ -167,7 +179,7 @@ class SyncEngineDriver:
     async def open_local(
         self, request_id: str, prompt: Sequence[int], sampling: SamplingParams
     ) -> AsyncGenerator[DecodeChunk, None]:
-        result = await self.prefill(request_id, prompt, sampling)
+        result = await self._prefill_here(request_id, prompt, sampling)
         head = DecodeChunk(
             token_ids=(result.first_token,),
             finish_reason=result.finish_reason,

@@ -230,12 +230,6 @@ async def open_tokenizer(config: WorkerConfig, engine: EngineRunner | AsyncEngin
     tokenizer = await asyncio.to_thread(load_tokenizer, config.tokenizer)
     info = engine.engine.info if isinstance(engine, EngineRunner) else engine.info
     check_engine_tokenizer(info, tokenizer, config.tokenizer)
-    if config.role is Role.PREFILL and not info.moves_kv:
-        raise SystemExit(
-            f"role prefill hands KV to decode workers, and this engine's KV cannot move "
-            f"({info.extra.get('engine', 'engine')} with tensor_parallel_size "
-            f"{info.extra.get('tensor_parallel_size', '?')}): run it as a decode worker"
-        )
     return fingerprint(tokenizer)
 
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from tandem.engines.base import (
     EngineError,
     EngineLost,
+    GathersKv,
     KvCapacityError,
     PrefillResult,
     SamplingParams,
@@ -53,6 +54,7 @@ class EngineLoop:
         self._wake = asyncio.Event()
         self._order = itertools.count()
         self._task: asyncio.Task[None] | None = None
+        self._lost = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="engine-loop")
@@ -72,6 +74,8 @@ class EngineLoop:
         """Queue a prefill in the engine and wait for the step that finishes it. Engine
         refusals (KvCapacityError, EngineError) raise as they are. A caller that goes
         away releases the request (its queued chunks are dropped)."""
+        if self._lost:
+            raise WorkerError("the worker's engine is lost")
         engine = self._runner.engine
         future: asyncio.Future[PrefillResult] = asyncio.get_running_loop().create_future()
         # Waiting before the engine queues it: a step may finish a short prompt before
@@ -96,9 +100,23 @@ class EngineLoop:
                 self._runner.call_soon(engine.release, request_id)
             raise
 
+    async def gather_kv(self, request_id: str) -> None:
+        """Gather a prefilled sequence's KV from the engine's ranks (``GathersKv``), on
+        the engine thread between steps. A lost rank fails everything, as in a step."""
+        engine = self._runner.engine
+        assert isinstance(engine, GathersKv), "only engines whose KV is split gather it"
+        try:
+            await self._runner.call(engine.gather_kv, request_id)
+        except EngineLost as exc:
+            self._lose(exc)
+            raise WorkerError(f"the worker's engine is lost: {exc}") from exc
+
     def add(self, request_id: str, sampling: SamplingParams) -> asyncio.Queue[StepItem]:
         """Start stepping ``request_id`` (committed/prefilled in the engine)."""
         queue: asyncio.Queue[StepItem] = asyncio.Queue()
+        if self._lost:
+            queue.put_nowait(WorkerError("the worker's engine is lost"))
+            return queue
         self._entries[request_id] = _Entry(sampling, queue, next(self._order))
         self._wake.set()
         return queue
@@ -112,7 +130,7 @@ class EngineLoop:
         return len(self._entries)
 
     async def _run(self) -> None:
-        while True:
+        while not self._lost:
             if not self._entries and not self._prefills:
                 self._wake.clear()
                 await self._wake.wait()
@@ -121,10 +139,7 @@ class EngineLoop:
             try:
                 outputs = await self._runner.call(self._runner.engine.step, batch)
             except EngineLost as exc:
-                logger.error("engine lost (%d decoding): %s", len(batch), exc)
-                self._fail_decodes(batch, WorkerError(f"the worker's engine is lost: {exc}"))
-                self._fail_prefills(WorkerError(f"the worker's engine is lost: {exc}"))
-                self._on_lost(exc)
+                self._lose(exc)
                 return
             except KvCapacityError as exc:
                 if batch:
@@ -138,6 +153,17 @@ class EngineLoop:
                 self._fail_prefills(WorkerError(f"prefill step failed: {exc}"))
                 continue
             self._fan_out(outputs)
+
+    def _lose(self, exc: EngineLost) -> None:
+        """Fail everything held, once; the loop stops at its next turn."""
+        if self._lost:
+            return
+        self._lost = True
+        logger.error("engine lost (%d decoding): %s", len(self._entries), exc)
+        error = WorkerError(f"the worker's engine is lost: {exc}")
+        self._fail_decodes(list(self._entries), error)
+        self._fail_prefills(error)
+        self._on_lost(exc)
 
     def _fan_out(self, outputs: list[StepOutput]) -> None:
         for output in outputs:
@@ -167,8 +193,8 @@ class EngineLoop:
         entry = self._entries.pop(victim)
         entry.queue.put_nowait(WorkerBusy(f"KV cache exhausted while decoding: {exc}"))
 
-    def _fail_decodes(self, batch: dict[str, SamplingParams], error: WorkerError) -> None:
-        for rid in batch:
+    def _fail_decodes(self, request_ids: Iterable[str], error: WorkerError) -> None:
+        for rid in request_ids:
             entry = self._entries.pop(rid, None)
             if entry is not None:
                 entry.queue.put_nowait(error)

@@ -164,11 +164,6 @@ class WorkerService:
     ) -> PrefillReply:
         with self._counted("prefill"):
             self._check_accepting(self.config.role.prefills_for_others, "prefill")
-            if not self._driver.info.moves_kv:
-                raise WrongRole(
-                    f"worker {self.config.worker_id}: its engine's KV cannot move to "
-                    "another worker, so it prefills only what it decodes"
-                )
             _check_request(request_id, prompt, sampling)
             with self._tracked(), self._queued(len(prompt), decoding=False):
                 started = time.perf_counter()
@@ -260,6 +255,7 @@ class WorkerService:
             if remote is not None and first_token is None:
                 raise InvalidRequest("a decode with remote_kv needs first_token_id")
             if remote is not None:
+                self._check_takes_kv()
                 self._check_digest(request_id, remote)
             with self._queued(len(prompt) if remote is None else 0, decoding=True):
                 if remote is None or first_token is None:
@@ -279,6 +275,14 @@ class WorkerService:
                     yield chunk
             finally:
                 await stream.aclose()
+
+    def _check_takes_kv(self) -> None:
+        ranks = self._driver.info.kv_ranks
+        if ranks > 1:
+            raise WrongRole(
+                f"worker {self.config.worker_id}: its KV is split across {ranks} "
+                "tensor-parallel ranks, so it decodes only what it prefilled"
+            )
 
     def _check_digest(self, request_id: str, remote: RemoteKvHandle) -> None:
         if remote.config_digest == self.config_digest:

@@ -1,19 +1,20 @@
 """Tensor parallelism in the reference engine: the shard plan, hand-worked; a TP2 group
 (a follower rank in a thread, over the real TCP link) answering token for token as the
-whole model does, alone, batched and from a cached prefix; the link's secret and a lost
-rank. Ray's placement of the ranks is tested in tests/integration."""
+whole model does, alone, batched and from a cached prefix; its KV handed to a TP1 engine,
+gathered into the whole layout; the link's secret and a lost rank. Ray's placement of the
+ranks is tested in tests/integration."""
 
 from __future__ import annotations
 
 import dataclasses
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
 
-from tandem.engines.base import EngineError, EngineLost, SamplingParams
+from tandem.engines.base import EngineError, EngineLost, KvLayout, SamplingParams
 from tandem.engines.reference import ReferenceConfigError, ReferenceEngine, ReferenceModelConfig
 from tandem.engines.reference.tp import link as link_module
 from tandem.engines.reference.tp.follower import FollowerRank
@@ -25,7 +26,9 @@ from tandem.models import resolve_local_model_file
 from tandem.tokenization import ChatMessage
 from tandem.tokenization.gguf_tokenizer import load_gguf_tokenizer
 
-from .conftest import SMOLLM2_SOURCE, TinyConfigFactory, generate
+from .conftest import SMOLLM2_SOURCE, TinyConfigFactory, generate, poison_kv
+
+KvCopier = Callable[[ReferenceEngine, KvLayout, ReferenceEngine, KvLayout], None]
 
 GREEDY = SamplingParams(max_tokens=12)
 SECRET = bytes(range(32))
@@ -78,6 +81,12 @@ def answer(engine: ReferenceEngine, request_id: str, prompt: list[int]) -> list[
 
 def prompt(seed: int, length: int, vocab: int) -> list[int]:
     return np.random.default_rng(seed).integers(0, vocab, length).tolist()
+
+
+def _range_values(engine: ReferenceEngine, layout: KvLayout) -> np.ndarray:
+    regions = engine.kv_regions()
+    parts = [regions[r.region][r.offset : r.offset + r.length] for r in layout.ranges]
+    return np.frombuffer(b"".join(parts), dtype=np.float32)
 
 
 def test_shard_plan_splits_smollm2_kv_groups_unevenly() -> None:
@@ -173,14 +182,76 @@ def test_tensor_parallel_size_is_checked(tiny_config: TinyConfigFactory) -> None
         ReferenceEngine(tiny_config(tensor_parallel_size=2))
 
 
+def test_a_tp2_group_hands_its_kv_to_a_tp1_engine_in_the_whole_layout(
+    tiny_config: TinyConfigFactory, local_group: type[LocalGroup], copy_kv: KvCopier
+) -> None:
+    # 3 KV heads split 2 + 1, window layers and blocks of 8: the gathered rows interleave
+    # the ranks' heads, and only the kept tokens of each layer move.
+    whole = tiny_config(num_heads=6, num_kv_heads=3, head_dim=8)
+    split = dataclasses.replace(whole, tensor_parallel_size=2)
+    weights = init_weights(whole)
+    group = local_group(split, weights)
+    decode, alone = ReferenceEngine(whole, weights), ReferenceEngine(whole, weights)
+    poison_kv(decode)  # a byte the handoff misses turns the answer to NaN
+    assert group.engine.info.kv_ranks == 2
+    assert group.engine.config.digest() == whole.digest()
+    prompts = [prompt(seed, 30 + 21 * seed, whole.vocab_size) for seed in range(3)]
+    # Twice: the second time each prompt's blocks come from the group's prefix cache.
+    for round_ in range(2):
+        for i, ids in enumerate(prompts):
+            rid = f"{round_}-{i}"
+            result = group.engine.prefill(rid, ids, GREEDY)
+            assert {r.region for r in result.kv.ranges} == {1}
+            group.engine.gather_kv(rid)
+            own = alone.prefill(rid, ids, GREEDY)
+            assert result.first_token == own.first_token
+            # The same bytes where a TP1 engine keeps them, but for rounding: the ranks'
+            # partial sums are added in another order.
+            np.testing.assert_allclose(
+                _range_values(group.engine, result.kv), _range_values(alone, own.kv), atol=1e-5
+            )
+            layout = decode.reserve(rid, ids, result.first_token)
+            copy_kv(group.engine, result.kv, decode, layout)
+            decode.commit(rid)
+            group.engine.release(rid)
+            tokens = [result.first_token]
+            while len(tokens) < GREEDY.max_tokens:
+                (step,) = decode.step({rid: GREEDY})
+                tokens.append(step.token)
+            decode.release(rid)
+            alone.release(rid)
+            assert tokens == answer(alone, f"one-{rid}", ids)
+    assert group.engine.stats().prompt_tokens_cached > 0
+
+
 def test_a_tp_engine_takes_no_kv_from_other_workers(
     tiny_config: TinyConfigFactory, local_group: type[LocalGroup]
 ) -> None:
     config = tiny_config(tensor_parallel_size=2)
     group = local_group(config, init_weights(config))
-    assert not group.engine.info.moves_kv
     with pytest.raises(EngineError, match="does not take KV"):
         group.engine.reserve("r", [1, 2, 3], 4)
+    with pytest.raises(EngineError, match="no prefilled KV to gather"):
+        group.engine.gather_kv("r")
+
+
+def test_a_gather_from_a_lost_follower_fails_loudly(tiny_config: TinyConfigFactory) -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def accept_then_vanish_at_the_gather() -> None:
+        conn, _ = listener.accept()
+        conn.recv(8 + len(SECRET), socket.MSG_WAITALL)
+        conn.sendall(len(b"ok").to_bytes(8, "big") + b"ok")
+        conn.recv(8 + 1 + 4, socket.MSG_WAITALL)  # the gather of one block: then it dies
+        conn.close()
+
+    thread = threading.Thread(target=accept_then_vanish_at_the_gather, daemon=True)
+    thread.start()
+    link = LeaderLink.connect([("127.0.0.1", listener.getsockname()[1])], SECRET)
+    with pytest.raises(RankLinkError, match="expected a KV share of 96 bytes, got nothing"):
+        link.gather(np.array([3], dtype=np.int32), [96])
+    thread.join(timeout=10)
+    listener.close()
 
 
 def test_a_follower_refuses_a_connection_without_the_secret(tiny_config: TinyConfigFactory) -> None:

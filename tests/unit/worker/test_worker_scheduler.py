@@ -30,7 +30,7 @@ SAMPLING = SamplingParams(max_tokens=3)
 class ScriptedEngine:
     """``step`` emits 1, 2, 3 ... per decoding sequence and finishes at max_tokens; a
     queued prefill of n tokens finishes on its ceil(n / 4)-th step (first token 100);
-    ``fail_next`` makes the next step raise instead."""
+    ``fail_next`` makes the next step raise instead, ``fail_gather`` every gather."""
 
     def __init__(self) -> None:
         self.generated: dict[str, int] = {}
@@ -38,6 +38,8 @@ class ScriptedEngine:
         self.batches: list[tuple[str, ...]] = []  # decoding ids per step
         self.prefill_steps: list[tuple[str, ...]] = []  # prefilling ids per step
         self.released: list[str] = []
+        self.gathered: list[str] = []
+        self.fail_gather: Exception | None = None
         self.fail_next: list[Exception] = []
         self.refuse_prefill: Exception | None = None
         self.started = threading.Event()  # a prefill was queued
@@ -67,6 +69,11 @@ class ScriptedEngine:
                 result = PrefillResult(100, 0, KvLayout(0, ()))
                 outputs.append(StepOutput(rid, 100, None, prefill=result))
         return outputs
+
+    def gather_kv(self, request_id: str) -> None:  # a tensor-parallel engine's handoff
+        if self.fail_gather is not None:
+            raise self.fail_gather
+        self.gathered.append(request_id)
 
     def release(self, request_id: str) -> None:
         self.prefilling.pop(request_id, None)
@@ -209,9 +216,37 @@ async def test_a_lost_engine_fails_everything_says_so_once_and_steps_no_more() -
             await asyncio.wait_for(prefill, 10)
         assert [str(e) for e in heard] == ["rank 1 gone"]
         steps = len(engine.batches)
-        engine_loop.add("later", SAMPLING)  # the service refuses these; the loop is done
+        later = engine_loop.add("later", SAMPLING)  # the loop is done
+        assert isinstance(later.get_nowait(), WorkerError)
         await asyncio.sleep(0.1)
         assert len(engine.batches) == steps
+    finally:
+        await engine_loop.stop()
+        runner.shutdown()
+
+
+async def test_a_rank_lost_in_a_gather_fails_everything_as_in_a_step() -> None:
+    engine = ScriptedEngine()
+    runner = EngineRunner(ThreadPoolExecutor(1), engine)  # type: ignore[arg-type]
+    heard: list[EngineLost] = []
+    engine_loop = EngineLoop(runner, heard.append)
+    engine_loop.start()
+    try:
+        await engine_loop.prefill("p", [1] * 4, SAMPLING)
+        await engine_loop.gather_kv("p")
+        assert engine.gathered == ["p"]
+        decoding = engine_loop.add("x", SamplingParams(max_tokens=1_000_000))
+        engine.fail_gather = EngineLost("rank 1 gone")
+        with pytest.raises(WorkerError, match="engine is lost: rank 1 gone"):
+            await engine_loop.gather_kv("q")
+        failed = (await drain(decoding))[-1]
+        assert isinstance(failed, WorkerError) and "engine is lost" in str(failed)
+        assert [str(e) for e in heard] == ["rank 1 gone"]
+        with pytest.raises(WorkerError, match="engine is lost"):
+            await engine_loop.prefill("after", [1] * 4, SAMPLING)
+        steps = len(engine.batches)
+        await asyncio.sleep(0.1)
+        assert len(engine.batches) <= steps + 1  # at most the step already under way
     finally:
         await engine_loop.stop()
         runner.shutdown()

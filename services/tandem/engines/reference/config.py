@@ -136,11 +136,14 @@ class ReferenceModelConfig:
     def digest(self) -> str:
         """Identifies weights, arithmetic and KV layout: two engines can exchange KV iff
         equal. Pool size, step budget, context cap and caching are excluded: they change
-        no byte (a token computes identically in any chunk or batch)."""
+        no byte (a token computes identically in any chunk or batch). So is the
+        tensor-parallel size: a group hands its KV over in the whole model's layout
+        (``tp.whole_kv``), and what it changes, the order partial sums are added in, moves
+        values by rounding only, as it does between TensorRT-LLM workers of different TP."""
         shared = [
             f"{f.name}={getattr(self, f.name)!r}"
             for f in dataclasses.fields(self)
-            if f.name not in LOCAL_FIELDS
+            if f.name not in LOCAL_FIELDS and f.name != "tensor_parallel_size"
         ]
         return hashlib.sha256(";".join(shared).encode()).hexdigest()[:16]
 

@@ -46,6 +46,7 @@ from tandem.engines.reference.kv_layout import (
     compute_kept_blocks,
     compute_kept_range,
     compute_prefill_peak_blocks,
+    list_kept_physical_blocks,
 )
 from tandem.engines.reference.kv_pool import KvPool, SequenceKv
 from tandem.engines.reference.loading import load_model
@@ -58,6 +59,7 @@ from tandem.engines.reference.sequence import Sequence, SequenceState
 from tandem.engines.reference.step_plan import compute_attention_tokens, plan_prefill_chunks
 from tandem.engines.reference.tp.ray_ranks import RankGroup, start_ranks
 from tandem.engines.reference.tp.shard import plan_shard, shard_config, shard_weights
+from tandem.engines.reference.tp.whole_kv import WholeKv
 from tandem.engines.reference.weights import ModelWeights, init_weights
 from tandem.kv.block_hashes import compute_block_names
 from tandem.kv.events import KvCacheEvent
@@ -92,6 +94,8 @@ class ReferenceEngine:
             )
         self.model = ReferenceModel(local, weights, None if ranks is None else ranks.link.reduce)
         self.pool = KvPool(local)
+        # Handoffs read a TP group's KV from here, gathered (``gather_kv``).
+        self._whole_kv = None if ranks is None else WholeKv(self.config)
         self.cache = PrefixCache(self.pool) if self.config.prefix_cache else None
         self.offload = open_offload(self.config, self.pool, self.cache)
         self._sequences: dict[str, Sequence] = {}
@@ -107,8 +111,7 @@ class ReferenceEngine:
             max_context=self.config.max_context,
             kv_block_size=self.config.kv_block_size,
             eos_token_id=self.config.eos_token_id,
-            # Each rank holds its own KV heads: there is no one region to hand over.
-            moves_kv=ranks is None,
+            kv_ranks=self.config.tensor_parallel_size,
             extra={
                 "engine": "reference",
                 "config_digest": self.config.digest(),
@@ -147,7 +150,9 @@ class ReferenceEngine:
         return cls(config, weights, ranks)
 
     def kv_regions(self) -> Seq[memoryview]:
-        return [self.pool.region()]
+        """The pool, then (in a tensor-parallel group) the whole-layout region."""
+        own = [self.pool.region()]
+        return own if self._whole_kv is None else [*own, self._whole_kv.region()]
 
     # -- prefill ----------------------------------------------------------------------
 
@@ -222,10 +227,25 @@ class ReferenceEngine:
                 onboarded * config.kv_block_size,
             )
 
+    def gather_kv(self, request_id: str) -> None:
+        """Put a prefilled sequence's KV, every rank's heads, into the whole-layout region
+        its ``PrefillResult.kv`` names (``tp.whole_kv``); nothing to do without ranks."""
+        if self._ranks is None or self._whole_kv is None:
+            return
+        sequence = self._sequences.get(request_id)
+        if sequence is None or sequence.state is not SequenceState.ACTIVE:
+            raise EngineError(f"request {request_id!r} has no prefilled KV to gather")
+        blocks = np.asarray(
+            list_kept_physical_blocks(self.config, sequence.prompt_len, sequence.kv.tables()),
+            dtype=np.int32,
+        )
+        shares = self._ranks.link.gather(blocks, self._whole_kv.share_bytes(len(blocks)))
+        self._whole_kv.assemble(blocks, self.pool.blocks[blocks], shares)
+
     # -- decode side of a handoff -----------------------------------------------------
 
     def reserve(self, request_id: str, prompt: Seq[int], first_token: int) -> KvLayout:
-        if not self.info.moves_kv:
+        if self._ranks is not None:
             raise EngineError(
                 "a tensor-parallel reference worker does not take KV from other workers"
             )
@@ -362,10 +382,12 @@ class ReferenceEngine:
             return StepOutput(request_id=request_id, token=token, finish_reason=sequence.finish)
         sequence.state = SequenceState.ACTIVE
         del self._prefilling[request_id]
+        # Region 1 of a tensor-parallel group is the whole-layout one (``gather_kv``).
+        region = 0 if self._ranks is None else 1
         result = PrefillResult(
             first_token=token,
             num_prompt_tokens=sequence.prompt_len,
-            kv=build_kv_layout(self.config, sequence.prompt_len, sequence.kv.tables()),
+            kv=build_kv_layout(self.config, sequence.prompt_len, sequence.kv.tables(), region),
             finish_reason=sequence.finish,
         )
         logger.debug("prefilled %s: %s tokens", request_id, sequence.prompt_len)

@@ -9,7 +9,7 @@ they use.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from tandem.engines.base import KvLayout, KvRange
@@ -74,17 +74,35 @@ def compute_prefill_peak_blocks(config: ReferenceModelConfig, num_tokens: int) -
 
 
 def build_kv_layout(
-    config: ReferenceModelConfig, num_tokens: int, tables: Sequence[LayerBlocks]
+    config: ReferenceModelConfig,
+    num_tokens: int,
+    tables: Sequence[LayerBlocks],
+    region: int = 0,
 ) -> KvLayout:
-    """Byte ranges of the kept tokens, layer by layer, one range per (layer, block)."""
+    """Byte ranges of the kept tokens, layer by layer, one range per (layer, block), in
+    ``region`` (a pool of ``config``'s blocks)."""
     block_size, token_bytes = config.kv_block_size, config.kv_token_bytes
     ranges: list[KvRange] = []
-    for layer, table in enumerate(tables):
+    for layer, block, physical in _kept_blocks(config, num_tokens, tables):
         kept = compute_kept_range(config, layer, num_tokens)
-        for block in compute_block_span(kept, block_size):
-            begin = max(kept.start, block * block_size)
-            end = min(kept.stop, (block + 1) * block_size)
-            physical = table.physical[block - table.first]
-            offset = physical * config.kv_block_bytes + (begin - block * block_size) * token_bytes
-            ranges.append(KvRange(region=0, offset=offset, length=(end - begin) * token_bytes))
+        begin = max(kept.start, block * block_size)
+        end = min(kept.stop, (block + 1) * block_size)
+        offset = physical * config.kv_block_bytes + (begin - block * block_size) * token_bytes
+        ranges.append(KvRange(region=region, offset=offset, length=(end - begin) * token_bytes))
     return KvLayout(num_tokens=num_tokens, ranges=tuple(ranges))
+
+
+def list_kept_physical_blocks(
+    config: ReferenceModelConfig, num_tokens: int, tables: Sequence[LayerBlocks]
+) -> list[int]:
+    """The physical blocks ``build_kv_layout``'s ranges lie in, each once, ascending."""
+    return sorted({physical for _, _, physical in _kept_blocks(config, num_tokens, tables)})
+
+
+def _kept_blocks(
+    config: ReferenceModelConfig, num_tokens: int, tables: Sequence[LayerBlocks]
+) -> Iterator[tuple[int, int, int]]:
+    """(layer, logical block, physical block) of every block holding kept tokens."""
+    for layer, table in enumerate(tables):
+        for block in compute_kept_blocks(config, layer, num_tokens):
+            yield layer, block, table.physical[block - table.first]

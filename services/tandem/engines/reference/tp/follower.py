@@ -1,5 +1,6 @@
 """A follower rank: its shard of the model, a KV pool mirroring the leader's, and the loop
-that runs each step the leader sends (layers only: the leader alone samples)."""
+that runs each step the leader sends (layers only: the leader alone samples) and answers
+each gather with its share of the blocks asked for."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 from tandem.engines.reference.config import ReferenceModelConfig
 from tandem.engines.reference.kv_pool import allocate_blocks
 from tandem.engines.reference.model import ReferenceModel
-from tandem.engines.reference.tp.link import FollowerLink
+from tandem.engines.reference.tp.link import GATHER, FollowerLink
 from tandem.engines.reference.tp.shard import plan_shard, shard_config, shard_weights
 from tandem.engines.reference.tp.step import decode_step, to_model_segments
 from tandem.engines.reference.weights import ModelWeights
@@ -46,8 +47,12 @@ class FollowerRank:
         model = ReferenceModel(self._config, self._weights, reduce=link.reduce)
         steps = 0
         try:
-            while (frame := link.receive_step()) is not None:
-                segments = decode_step(frame)
+            while (request := link.receive_request()) is not None:
+                kind, body = request
+                if kind == GATHER:
+                    link.send_share(self._pool[np.frombuffer(body, dtype=np.int32)])
+                    continue
+                segments = decode_step(body)
                 bounds = np.cumsum([0, *(len(s.tokens) for s in segments)])
                 model.run_layers(to_model_segments(segments, self._pool), bounds)
                 steps += 1

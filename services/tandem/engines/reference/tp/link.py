@@ -4,8 +4,10 @@ to the followers, and every rank's partial sums are added up (an all-reduce).
 A star: the leader holds one connection per follower. A reduction collects every
 follower's partial, adds them to its own in rank order and sends the total back, so all
 ranks hold the same bits. Frames are an 8-byte length and raw bytes; arrays travel as
-their float32 bytes (both sides know the shape), steps as ``step.encode_step`` writes
-them. A connection opens with the group's secret (handed to the followers through Ray,
+their float32 bytes (both sides know the shape). The leader's requests start with one
+byte saying what they are: a step (as ``step.encode_step`` writes it), or a gather of
+KV blocks (their ids as int32), which each follower answers with its share of those
+blocks. A connection opens with the group's secret (handed to the followers through Ray,
 whose own connections are token-authenticated) and is refused without it.
 """
 
@@ -25,6 +27,8 @@ from tandem.engines.base import EngineLost
 Float32Array = npt.NDArray[np.float32]
 _LENGTH = struct.Struct("!Q")
 _ACCEPTED = b"ok"
+STEP = b"s"
+GATHER = b"g"
 HANDSHAKE_TIMEOUT_S = 10.0
 # A partial sum is one layer of one step away: a rank silent this long is lost (a hung or
 # cut-off pod), and the step fails instead of waiting forever.
@@ -59,18 +63,22 @@ class _Peer:
         assert body is not None
         return body
 
-    def receive_into(self, out: Float32Array) -> None:
+    def receive_reply(self, what: str, nbytes: int) -> bytes:
+        """A frame of exactly ``nbytes`` bytes, within ``REDUCE_TIMEOUT_S``."""
         self._sock.settimeout(REDUCE_TIMEOUT_S)
         try:
             frame = self.receive()
         finally:
             self._sock.settimeout(None)
-        if frame is None or len(frame) != out.nbytes:
+        if frame is None or len(frame) != nbytes:
             got = "nothing" if frame is None else f"{len(frame)} bytes"
             raise RankLinkError(
-                f"tensor-parallel {self.name}: expected a partial sum of {out.nbytes} bytes, "
-                f"got {got}"
+                f"tensor-parallel {self.name}: expected {what} of {nbytes} bytes, got {got}"
             )
+        return frame
+
+    def receive_into(self, out: Float32Array) -> None:
+        frame = self.receive_reply("a partial sum", out.nbytes)
         out.reshape(-1)[:] = np.frombuffer(frame, dtype=np.float32)
 
     def close(self) -> None:
@@ -123,7 +131,18 @@ class LeaderLink:
 
     def send_step(self, step: Sequence[bytes]) -> None:
         for peer in self._peers:
-            peer.send(*step)
+            peer.send(STEP, *step)
+
+    def gather(self, blocks: npt.NDArray[np.int32], share_bytes: Sequence[int]) -> list[bytes]:
+        """Every follower's share of KV ``blocks``; follower ``i`` (rank ``i + 1``) answers
+        ``share_bytes[i]`` bytes."""
+        ids = np.ascontiguousarray(blocks, dtype=np.int32).tobytes()
+        for peer in self._peers:
+            peer.send(GATHER, ids)
+        return [
+            peer.receive_reply("a KV share", nbytes)
+            for peer, nbytes in zip(self._peers, share_bytes, strict=True)
+        ]
 
     def reduce(self, partial: Float32Array) -> Float32Array:
         started = time.perf_counter()
@@ -166,9 +185,21 @@ class FollowerLink:
                 return cls(peer)
             peer.close()
 
-    def receive_step(self) -> bytes | None:
-        """The next step's frame; None when the leader closed the link."""
-        return self._peer.receive()
+    def receive_request(self) -> tuple[bytes, bytes] | None:
+        """The leader's next request, (``STEP`` or ``GATHER``, its body); None when the
+        leader closed the link."""
+        frame = self._peer.receive()
+        if frame is None:
+            return None
+        kind, body = frame[:1], frame[1:]
+        if kind not in (STEP, GATHER):
+            raise RankLinkError(
+                f"tensor-parallel {self._peer.name} sent an unknown request {kind!r}"
+            )
+        return kind, body
+
+    def send_share(self, share: Float32Array) -> None:
+        self._peer.send(np.ascontiguousarray(share, dtype=np.float32).data.cast("B"))
 
     def reduce(self, partial: Float32Array) -> Float32Array:
         part = np.ascontiguousarray(partial, dtype=np.float32)
