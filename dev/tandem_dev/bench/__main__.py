@@ -62,7 +62,8 @@ SECTIONS = (
         "LeaderWorkerSet leader pod starts it (`tandem.worker.ray_launch`, token "
         "authentication on), its follower rank on the group's other node, the ranks' "
         "partial sums added over TCP every layer. Against TP1 in the same run: prefill and "
-        "decode step times, the share of the all-reduce, start to ready, and the KV conversion a handoff to a TP1 worker needs.",
+        "decode step times, the share of the all-reduce, start to ready, and the KV "
+        "conversion a handoff to a TP1 worker needs.",
         600,
     ),
     Section(
