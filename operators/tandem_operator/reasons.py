@@ -66,6 +66,8 @@ UNSCHEDULABLE = "Unschedulable"  # any other scheduler refusal
 VOLUME_MISSING = "VolumeMissing"  # a PVC the pods mount (the model's) does not exist
 IMAGE_PULL_FAILED = "ImagePullFailed"
 CRASH_LOOP = "CrashLoopBackOff"
+# A pod of a multi-node worker's group exited: the LeaderWorkerSet recreates the group.
+GROUP_DOWN = "GroupDown"
 INVALID_SPEC = "InvalidSpec"
 APPLY_FAILED = "ApplyFailed"
 LEADER_WORKER_SET_MISSING = "LeaderWorkerSetMissing"

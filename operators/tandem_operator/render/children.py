@@ -68,6 +68,9 @@ from tandem_operator.render.ray_token import render_ray_token_secret
 Manifest = dict[str, Any]
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+# Labels the LeaderWorkerSet controller puts on every pod of a group.
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 
 

@@ -29,6 +29,7 @@ only because a pool grew (a scale-up whose new pods are not ready yet) is no War
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +60,8 @@ from tandem_operator.status.slo import (
     compute_slo_condition,
 )
 
+# A WorkerPool's Ready message: "<ready>/<desired> ready", then this and the problem.
+POOL_PROBLEM_SEPARATOR = " ready: "
 # Most actionable first: when several pods fail differently, the status names this one.
 PROBLEM_PRIORITY: tuple[str, ...] = (
     reasons.VOLUME_MISSING,
@@ -70,6 +73,7 @@ PROBLEM_PRIORITY: tuple[str, ...] = (
     reasons.UNSCHEDULABLE,
     reasons.IMAGE_PULL_FAILED,
     reasons.CRASH_LOOP,
+    reasons.GROUP_DOWN,
 )
 
 
@@ -149,6 +153,19 @@ def _assess(
     )
 
 
+def _remember_group_down(part: _Assessment, previous: WorkerPoolStatus | None) -> _Assessment:
+    """A pool stays down for the group exit that took it down until it is whole again:
+    the LeaderWorkerSet deletes the group's pods, exited one included, and the new ones
+    say nothing of why."""
+    if part.problem is not None or not part.short or previous is None:
+        return part
+    before = _find(list(previous.conditions), reasons.READY)
+    if before is None or before.reason != reasons.GROUP_DOWN:
+        return part
+    _, _, message = before.message.partition(POOL_PROBLEM_SEPARATOR)
+    return dataclasses.replace(part, problem=PodProblem(reasons.GROUP_DOWN, message))
+
+
 def _condition(
     kind: str,
     status: bool | str,  # a bool, or "Unknown"
@@ -184,10 +201,8 @@ def _degraded(observed: Observed, parts: list[_Assessment]) -> tuple[str, str] |
         return None
     _, worst = min(troubled, key=lambda item: item[0])
     assert worst.problem is not None
-    return (
-        worst.problem.reason,
-        f"{worst.label}: {worst.problem_pods} pod(s) affected: {worst.problem.message}",
-    )
+    affected = f"{worst.problem_pods} pod(s) affected: " if worst.problem_pods else ""
+    return worst.problem.reason, f"{worst.label}: {affected}{worst.problem.message}"
 
 
 def _pool_status(
@@ -203,7 +218,7 @@ def _pool_status(
         reason = part.progress_reason or reasons.PODS_NOT_READY
     message = f"{part.ready}/{part.desired} ready"
     if part.problem and not ready:
-        message += f": {part.problem.message}"
+        message += f"{POOL_PROBLEM_SEPARATOR}{part.problem.message}"
     return WorkerPoolStatus(
         observed_generation=pool.pool_generation,
         replicas=part.replicas,
@@ -232,7 +247,7 @@ def compute_status(cr: InferenceCluster, observed: Observed, now: str) -> Status
     generation = observed.generation
 
     pool_parts = {
-        role: _assess(role.value, p.desired, p.workload, p.pods)
+        role: _remember_group_down(_assess(role.value, p.desired, p.workload, p.pods), p.previous)
         for role, p in observed.pools.items()
     }
     frontend = _assess(

@@ -21,6 +21,7 @@ from tandem.api.v1alpha1 import (
     WorkloadStatus,
 )
 from tandem_operator import reasons
+from tandem_operator.render.children import LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL
 from tandem_operator.render.placement import NvlinkPlacement
 from tandem_operator.render.profiling import ProfileFailed, Profiling
 
@@ -55,6 +56,9 @@ class PodObservation:
     ready: bool = False
     problem: PodProblem | None = None
     node_name: str = ""  # "" until scheduled (and for terminating pods)
+
+
+_EXIT_MESSAGE_CHARS = 240
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +206,38 @@ def observe_pod(obj: Manifest) -> PodObservation:
         ready = False  # terminating pods are leaving the pool
         problem = None
         node = ""
+    # Checked last: a group recreated after an exit is first deleted whole, and its
+    # terminating pods are where the exit shows. A pod ready again is up, whatever it
+    # went through.
+    if not ready:
+        problem = describe_group_exit(obj) or problem
     return PodObservation(name=name, ready=ready, problem=problem, node_name=node)
+
+
+def describe_group_exit(obj: Manifest) -> PodProblem | None:
+    """A group pod whose container exited (ended, or restarted after ending): the whole
+    group is down until its LeaderWorkerSet has recreated it. Which group, which pod and
+    container, its exit code and the last line it wrote (a worker's termination message
+    is its log's tail)."""
+    labels = obj.get("metadata", {}).get("labels") or {}
+    lws, index = labels.get(LWS_NAME_LABEL), labels.get(LWS_GROUP_INDEX_LABEL)
+    if lws is None or index is None:
+        return None
+    for container in (obj.get("status") or {}).get("containerStatuses") or ():
+        state, last = container.get("state") or {}, container.get("lastState") or {}
+        ended = state.get("terminated") or last.get("terminated")
+        if not ended:
+            continue
+        lines = [line for line in (ended.get("message") or "").splitlines() if line.strip()]
+        said = f": {lines[-1].strip()[:_EXIT_MESSAGE_CHARS]}" if lines else ""
+        why = ended.get("reason") or "Error"
+        return PodProblem(
+            reasons.GROUP_DOWN,
+            f"group {lws}-{index} is down: pod {obj['metadata'].get('name', '')} container "
+            f"{container.get('name', '')} exited {ended.get('exitCode', '?')} ({why}){said}; "
+            "the LeaderWorkerSet recreates the whole group",
+        )
+    return None
 
 
 class InvalidObject(Exception):
