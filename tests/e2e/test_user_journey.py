@@ -105,6 +105,7 @@ class SteadyLoad:
     max_tokens: int = 4
     long_prompts: bool = True
     max_requests: int = 2000
+    model: str = NAME
     ok: int = 0
     failures: list[str] = field(default_factory=list)
     _sent: int = 0
@@ -149,7 +150,7 @@ class SteadyLoad:
             text = long_prompt(f"{index}-{n}") if n % 2 and self.long_prompts else "Say hello."
             try:
                 reply = client.chat.completions.create(
-                    model=NAME,
+                    model=self.model,
                     messages=[{"role": "user", "content": text}],
                     max_tokens=self.max_tokens,
                 )
@@ -957,13 +958,7 @@ def test_a_tensor_parallel_prefill_group_spans_two_pods_and_hands_kv_to_tp1(
         answers = _greedy_answers(journey.client(base, key), TP_NAME)
     assert all(expected) and answers == expected
     # Both answers were prefilled by the group and decoded by the TP1 worker.
-    frontend = journey.get(
-        "pods", "-n", NS, "-l", f"tandem.dev/cluster={TP_NAME},tandem.dev/role=frontend"
-    )["items"][0]["metadata"]["name"]
-    with journey.port_forward(
-        journey.cluster, f"pod/{frontend}", FRONTEND_METRICS_PORT, namespace=NS
-    ) as port:
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    text = _tp_frontend_metrics(journey)
     assert metric_sum(text, "tandem_router_prefill_decisions_total", path="remote") == len(
         TP_QUESTIONS
     )
@@ -982,11 +977,105 @@ def test_a_tensor_parallel_prefill_group_spans_two_pods_and_hands_kv_to_tp1(
         "logs", "-n", NS, "-l", f"tandem.dev/cluster={TP_NAME},tandem.dev/role=frontend"
     ).stdout
     assert "watching EndpointSlices" not in frontend_log
+
+    # Group faults under load: the follower's container killed, then the leader's.
+    with journey.port_forward(
+        journey.cluster, f"svc/{TP_NAME}-frontend", 8000, namespace=NS
+    ) as port:
+        base = f"http://127.0.0.1:{port}/v1"
+        with SteadyLoad(base, key, long_prompts=False, model=TP_NAME) as load:
+            load.wait_for(4)
+            for worker_index, who in (("1", "follower"), ("0", "leader")):
+                _kill_a_group_pod_under_load(journey, load, worker_index, who)
+    # Client retries off, a 120 s deadline: none lost, none hung, none even failed.
+    assert load.failures == [], load.failures
+    FIGURES["ray_group_kills_requests_answered"] = load.ok
     journey.kubectl("delete", "ic", TP_NAME, "-n", NS, "--wait=true", timeout_s=300)
     eventually(
         lambda: not journey.get("pods", "-n", NS, "-l", f"tandem.dev/cluster={TP_NAME}")["items"],
         "the tensor-parallel cluster's pods to be gone",
     )
+
+
+def _tp_frontend_metrics(journey: Journey) -> str:
+    frontend = journey.get(
+        "pods", "-n", NS, "-l", f"tandem.dev/cluster={TP_NAME},tandem.dev/role=frontend"
+    )["items"][0]["metadata"]["name"]
+    with journey.port_forward(
+        journey.cluster, f"pod/{frontend}", FRONTEND_METRICS_PORT, namespace=NS
+    ) as port:
+        return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+
+
+def _condition_of(journey: Journey, kind: str) -> Json:
+    status = journey.get("ic", TP_NAME, "-n", NS).get("status") or {}
+    found: Json = next(c for c in status.get("conditions", []) if c["type"] == kind)
+    return found
+
+
+def _tp_group(journey: Journey) -> list[Json]:
+    items: list[Json] = journey.get(
+        "pods", "-n", NS, "-l", f"leaderworkerset.sigs.k8s.io/name={TP_NAME}-prefill"
+    )["items"]
+    return items
+
+
+def _kill_a_group_pod_under_load(
+    journey: Journey, load: SteadyLoad, worker_index: str, who: str
+) -> None:
+    """SIGKILL the container of one pod of the prefill group (as a crash or an OOM kill
+    would end it): status names the group and why, the LeaderWorkerSet recreates both
+    pods, and the group serves again; the load goes on on the decode worker meanwhile."""
+    group = _tp_group(journey)
+    uids = {p["metadata"]["uid"] for p in group}
+    victim = next(
+        p for p in group if p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"]
+        == worker_index
+    )  # fmt: skip
+    before = _tp_frontend_metrics(journey)
+    node = journey.cluster.real_node
+    assert node is not None
+    container = victim["status"]["containerStatuses"][0]["containerID"].removeprefix(
+        "containerd://"
+    )
+    subprocess.run(
+        ["ctr", "--address", str(node.containerd_socket), "-n", "k8s.io", "tasks", "kill",
+         "-s", "SIGKILL", container],
+        check=True, capture_output=True, timeout=30,
+    )  # fmt: skip
+    killed = time.monotonic()
+
+    # The pod it names: the killed one, or its partner (a leader whose follower died
+    # exits 1, "the engine is lost"), whichever the operator saw end first.
+    def says_group_down() -> bool:
+        degraded = _condition_of(journey, "Degraded")
+        return degraded["reason"] == "GroupDown" and (
+            f"group {TP_NAME}-prefill-0 is down: pod {TP_NAME}-prefill-0" in degraded["message"]
+        )
+
+    eventually(says_group_down, f"status to name the group whose {who} was killed")
+
+    def recreated_and_ready() -> bool:
+        pods = _tp_group(journey)
+        fresh = [p for p in pods if p["metadata"]["uid"] not in uids]
+        whole = len(fresh) == 2 == len(pods) and all(_ready(p) for p in fresh)
+        return whole and _condition_of(journey, "Ready")["status"] == "True"
+
+    eventually(recreated_and_ready, f"the group recreated whole after its {who} was killed")
+    FIGURES[f"ray_group_{who}_kill_to_ready_s"] = round(time.monotonic() - killed, 1)
+    # Serving again: new prompts go to the recreated group.
+    during = _tp_frontend_metrics(journey)
+    FIGURES[f"ray_group_{who}_kill_prefills_failed_over"] = metric_sum(
+        during, "tandem_router_prefill_decisions_total", reason="prefill_failed"
+    ) - metric_sum(before, "tandem_router_prefill_decisions_total", reason="prefill_failed")
+    remote = metric_sum(during, "tandem_router_prefill_decisions_total", path="remote")
+    eventually(
+        lambda: metric_sum(
+            _tp_frontend_metrics(journey), "tandem_router_prefill_decisions_total", path="remote"
+        ) > remote,
+        f"a prompt prefilled by the recreated group (after its {who} was killed)",
+    )  # fmt: skip
+    load.wait_for(load.ok + 2)
 
 
 # --------------------------------------------------------------------- planning
