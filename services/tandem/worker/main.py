@@ -49,6 +49,7 @@ from tandem.worker.engine_runner import EngineRunner
 from tandem.worker.grpc_server import add_service, create_server
 from tandem.worker.http_server import create_http_app, create_worker_admin_app
 from tandem.worker.service import WorkerService
+from tandem.worker.stop_signals import exit_at_once_on_stop
 from tandem.worker.tokenizer import check_engine_tokenizer, tokenizer_choice
 from tandem.worker.types import Role
 
@@ -313,6 +314,7 @@ async def run_worker(config: WorkerConfig, http_port: int | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    exit_at_once_on_stop()  # until it serves (run_worker then drains on a stop)
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(),

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tandem.engines.ray_nodes import RANK_PORT_ENV, wait_for_nodes
+from tandem.worker.stop_signals import exit_at_once_on_stop
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +172,10 @@ def run_follower(args: argparse.Namespace, environ: Mapping[str, str]) -> None:
                 ) from None
             time.sleep(1.0)
     argv = build_ray_start_argv(env["POD_IP"], ports, head=f"{leader}:{gcs}")
-    os.execvpe(argv[0], argv, env)
+    # A child, not exec'd: `ray start --block` has no SIGTERM handler, so as PID 1 it
+    # would ignore the kubelet's stop. This process leaves on it (stop_signals), and the
+    # container's Ray processes end with its PID 1.
+    raise SystemExit(subprocess.run(argv, env=env, check=False).returncode)
 
 
 def _wait_for_group(address: str, size: int, timeout_s: float, env: Mapping[str, str]) -> None:
@@ -186,6 +190,7 @@ def _wait_for_group(address: str, size: int, timeout_s: float, env: Mapping[str,
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    exit_at_once_on_stop()  # the leader's worker, once exec'd, sets its own
     p = argparse.ArgumentParser(prog="python -m tandem.worker.ray_launch", description=__doc__)
     sub = p.add_subparsers(dest="part", required=True)
     leader = sub.add_parser("leader", help="start the Ray head, then the worker (leader pod)")
