@@ -43,6 +43,10 @@ def _kubelet_build_s() -> float:
         )
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s"
+
+
 def render_table(
     figures: Mapping[str, Any], sizes: Mapping[str, int], timings: Mapping[str, float]
 ) -> str:
@@ -64,6 +68,17 @@ def render_table(
          str(figures.get("scale_and_kill_requests_answered", "-"))),
         ("answered during `helm upgrade` rolling every pod (0 failed)",
          str(figures.get("upgrade_requests_answered", "-"))),
+        ("Ray group (TP2 prefill, 2 pods): created → Ready",
+         _seconds(figures.get("ray_group_create_to_ready_s"))),
+        *((f"Ray group's {who} SIGKILLed under load: kill → group recreated, Ready",
+           _seconds(figures.get(f"ray_group_{who}_kill_to_ready_s")))
+          for who in ("follower", "leader")),
+        *((f"prefills the router still sent the group after its {who} was killed",
+           str(int(figures[f"ray_group_{who}_kill_prefills_failed_over"])))
+          for who in ("follower", "leader")
+          if f"ray_group_{who}_kill_prefills_failed_over" in figures),
+        ("answered during both group kills (0 failed)",
+         str(figures.get("ray_group_kills_requests_answered", "-"))),
         *((f"node daemon {name}: resident memory", f"{value} MiB")
           for name, value in sorted(rss.items())),
         ("pods' resident memory (sum of VmRSS)",
@@ -98,7 +113,11 @@ def main() -> int:
         "imported into the node's containerd. Created → Ready: the pod's creation timestamp "
         "to its Ready condition (image already on the node). Memory sampled after the "
         "`helm upgrade` step, from /proc of the processes in the node's cgroups (VmRSS "
-        "summed: pages shared between processes are counted in each)."
+        "summed: pages shared between processes are counted in each). Then a cluster whose "
+        "prefill worker is a TP2 Ray group (one rank in each of two pods) beside a TP1 "
+        "decode worker; under two clients of load, its follower's container and then its "
+        "leader's are SIGKILLed (`ctr tasks kill`): the LeaderWorkerSet recreates the "
+        "group, and the router prefills on the decode worker meanwhile."
     )
     return 0
 

@@ -14,6 +14,12 @@ FIGURES = {
     "node_daemons_rss_mib": {"kubelet": 61, "containerd": 38},
     "pods_rss_mib": 911,
     "network_policy_enforced": False,
+    "ray_group_create_to_ready_s": 31.0,
+    "ray_group_follower_kill_to_ready_s": 39.7,
+    "ray_group_leader_kill_to_ready_s": 38.7,
+    "ray_group_follower_kill_prefills_failed_over": 2.0,
+    "ray_group_leader_kill_prefills_failed_over": 3.0,
+    "ray_group_kills_requests_answered": 403,
 }
 
 
@@ -31,4 +37,10 @@ def test_every_figure_has_its_row() -> None:
     assert rows["node daemon kubelet: resident memory"] == "61 MiB"
     assert rows["pods' resident memory (sum of VmRSS)"] == "911 MiB"
     assert rows["NetworkPolicy enforced by the test network"] == "no (bridge CNI)"
-    assert len(rows) == 15
+    assert rows["Ray group (TP2 prefill, 2 pods): created → Ready"] == "31.0 s"
+    assert rows["Ray group's leader SIGKILLed under load: kill → group recreated, Ready"] == (
+        "38.7 s"
+    )
+    assert rows["prefills the router still sent the group after its leader was killed"] == "3"
+    assert rows["answered during both group kills (0 failed)"] == "403"
+    assert len(rows) == 21
