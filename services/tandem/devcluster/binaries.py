@@ -39,6 +39,16 @@ def find_repo_cluster_dir(start: Path | None = None) -> Path | None:
     return None
 
 
+def find_bin_dir(env_var: str, tests_dir: str) -> Path | None:
+    """Where binaries built here live: ``$env_var``, else ``tests/<tests_dir>/bin`` of the
+    checkout this package runs from; None outside a checkout."""
+    override = os.environ.get(env_var)
+    if override:
+        return Path(override)
+    cluster_dir = find_repo_cluster_dir()
+    return None if cluster_dir is None else cluster_dir.parent / tests_dir / "bin"
+
+
 def find_build_script() -> Path | None:
     cluster_dir = find_repo_cluster_dir()
     return None if cluster_dir is None else cluster_dir / "build.sh"
@@ -58,18 +68,12 @@ def find_kubectl() -> Path | None:
 
 def locate_binaries(bin_dir: Path | None = None) -> ClusterBinaries:
     """The binaries in ``bin_dir`` ($TANDEM_CLUSTER_BIN, else tests/cluster/bin)."""
+    bin_dir = bin_dir or find_bin_dir("TANDEM_CLUSTER_BIN", "cluster")
     if bin_dir is None:
-        override = os.environ.get("TANDEM_CLUSTER_BIN")
-        cluster_dir = find_repo_cluster_dir()
-        if override:
-            bin_dir = Path(override)
-        elif cluster_dir is not None:
-            bin_dir = cluster_dir / "bin"
-        else:
-            raise BinariesMissingError(
-                "cannot find tests/cluster/bin; set TANDEM_CLUSTER_BIN to the directory "
-                "holding the binaries built by tests/cluster/build.sh"
-            )
+        raise BinariesMissingError(
+            "cannot find tests/cluster/bin; set TANDEM_CLUSTER_BIN to the directory "
+            "holding the binaries built by tests/cluster/build.sh"
+        )
     missing = [
         name for name in (*COMPONENT_BINARIES, KWOK_STAGES) if not (bin_dir / name).is_file()
     ]

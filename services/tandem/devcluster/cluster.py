@@ -18,7 +18,13 @@ import yaml
 from tandem.devcluster import dns, lws, processes
 from tandem.devcluster.binaries import ClusterBinaries, find_kubectl, locate_binaries
 from tandem.devcluster.components import Component, Ports, render_components, render_kwok_config
-from tandem.devcluster.kubeconfig import render_token_file, write_kubeconfig, write_private
+from tandem.devcluster.kubeconfig import (
+    ADMIN_GROUP,
+    ADMIN_USER,
+    render_token_line,
+    write_kubeconfig,
+    write_private,
+)
 from tandem.devcluster.layout import StateLayout
 from tandem.devcluster.nodes import NodeProfile, get_profile, render_profile
 from tandem.devcluster.pki import (
@@ -32,10 +38,11 @@ from tandem.devcluster.ports import allocate_ports
 from tandem.devcluster.probes import http_status, wait_until
 from tandem.devcluster.realnode import RealNode, RealNodeError
 from tandem.devcluster.realnode.join import (
+    NODE_GROUP,
+    NODE_USER,
     join_real_node,
     plan_real_node,
     prepare_real_node,
-    render_node_token_line,
 )
 from tandem.devcluster.state import ClusterState, load_state, save_state
 from tandem.devcluster.storage import render_model_volume
@@ -316,10 +323,10 @@ def start_cluster(
     node_token = secrets.token_urlsafe(32)
     lws_token = secrets.token_urlsafe(32)
     dns_token = secrets.token_urlsafe(32)
-    tokens = render_token_file(token)
-    tokens += render_node_token_line(node_token) * profile.real_node
-    tokens += dns.render_token_line(dns_token) * profile.real_node
-    tokens += lws.render_token_line(lws_token) * options.with_lws
+    tokens = render_token_line(token, ADMIN_USER, ADMIN_GROUP)
+    tokens += render_token_line(node_token, NODE_USER, NODE_GROUP) * profile.real_node
+    tokens += render_token_line(dns_token, dns.USER) * profile.real_node
+    tokens += render_token_line(lws_token, lws.USER) * options.with_lws
     write_private(layout.token_file, tokens)
     # One call, so no port is handed out twice.
     chosen = allocate_ports(6 + 2 * options.with_lws)

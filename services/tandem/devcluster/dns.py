@@ -13,11 +13,10 @@ its own user (a line of the token file), bound to a ClusterRole of exactly those
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
-from tandem.devcluster.binaries import find_repo_cluster_dir
+from tandem.devcluster.binaries import find_bin_dir
 
 CLUSTER_DOMAIN = "cluster.local"
 USER = "tandem:cluster-dns"
@@ -34,11 +33,7 @@ class CoreDnsBuildMissingError(RuntimeError):
 
 def locate_coredns(bin_dir: Path | None = None) -> Path:
     """The CoreDNS binary: in ``bin_dir``, else $TANDEM_COREDNS_BIN, else tests/dns/bin."""
-    if bin_dir is None and os.environ.get(BIN_ENV):
-        bin_dir = Path(os.environ[BIN_ENV])
-    if bin_dir is None:
-        cluster_dir = find_repo_cluster_dir()
-        bin_dir = None if cluster_dir is None else cluster_dir.parent / "dns" / "bin"
+    bin_dir = bin_dir or find_bin_dir(BIN_ENV, "dns")
     binary = None if bin_dir is None else bin_dir / BINARY
     if binary is None or not binary.is_file():
         where = "no checkout found" if bin_dir is None else f"no {BINARY} in {bin_dir}"
@@ -47,11 +42,6 @@ def locate_coredns(bin_dir: Path | None = None) -> Path:
             f"(tests/dns/build-coredns.sh), or set {BIN_ENV}"
         )
     return binary
-
-
-def render_token_line(token: str) -> str:
-    """CoreDNS's line in --token-auth-file."""
-    return f"{token},{USER},{USER}\n"
 
 
 def render_rbac() -> list[Json]:

@@ -12,9 +12,14 @@ CONTEXT_NAME = "tandem-dev"
 ADMIN_USER = "admin"
 
 
-def render_token_file(token: str) -> str:
-    """kube-apiserver --token-auth-file line: the admin user is in system:masters."""
-    return f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n'
+ADMIN_GROUP = "system:masters"
+
+
+def render_token_line(token: str, user: str, group: str | None = None) -> str:
+    """A kube-apiserver --token-auth-file line: the token, the user (its name and uid),
+    and the group it is in, if any."""
+    line = f"{token},{user},{user}" + (f',"{group}"' if group else "")
+    return line + "\n"
 
 
 def render_kubeconfig(*, server: str, ca_pem: bytes, token: str) -> dict[str, object]:

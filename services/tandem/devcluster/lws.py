@@ -24,7 +24,6 @@ scrapes it here).
 from __future__ import annotations
 
 import base64
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,11 +31,12 @@ from typing import Any
 
 import yaml
 
-from tandem.devcluster.binaries import find_repo_cluster_dir
+from tandem.devcluster.binaries import find_bin_dir
 from tandem.devcluster.components import HOST, Component
 
 CONTROLLER = "lws-controller"
-# The user the controller authenticates as (a line of --token-auth-file).
+# The user the controller authenticates as (a line of --token-auth-file), in no group: it
+# holds only what the ClusterRoleBinding of :func:`render_role_binding` grants.
 USER = "tandem:lws-controller"
 # Both CRDs must be served before the controller starts: it watches DisaggregatedSets too,
 # and its manager fails when a watched kind is not served. By name: 2.8 MB of YAML that
@@ -114,18 +114,12 @@ class LwsPorts:
 def locate_lws(bin_dir: Path | None = None) -> LwsBuild:
     """The build in ``bin_dir``, else $TANDEM_LWS_BIN, else tests/lws/bin of the checkout
     this package runs from."""
+    bin_dir = bin_dir or find_bin_dir("TANDEM_LWS_BIN", "lws")
     if bin_dir is None:
-        override = os.environ.get("TANDEM_LWS_BIN")
-        cluster_dir = find_repo_cluster_dir()
-        if override:
-            bin_dir = Path(override)
-        elif cluster_dir is not None:
-            bin_dir = cluster_dir.parent / "lws" / "bin"
-        else:
-            raise LwsBuildMissingError(
-                "cannot find tests/lws/bin; set TANDEM_LWS_BIN to the directory "
-                "tests/lws/build-lws.sh writes"
-            )
+        raise LwsBuildMissingError(
+            "cannot find tests/lws/bin; set TANDEM_LWS_BIN to the directory "
+            "tests/lws/build-lws.sh writes"
+        )
     build = LwsBuild(bin_dir)
     missing = build.missing()
     if missing:
@@ -134,12 +128,6 @@ def locate_lws(bin_dir: Path | None = None) -> LwsBuild:
             "with `make lws-build` (tests/lws/build-lws.sh), or set TANDEM_LWS_BIN"
         )
     return build
-
-
-def render_token_line(token: str) -> str:
-    """The controller's line in --token-auth-file: a user in no group, so it holds only
-    what the ClusterRoleBinding of :func:`render_role_binding` grants."""
-    return f"{token},{USER},{USER}\n"
 
 
 def render_controller_config(ports: LwsPorts, cert_dir: Path) -> str:

@@ -39,10 +39,6 @@ def test_coredns_may_only_list_and_watch_services_slices_and_namespaces() -> Non
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
 
 
-def test_its_token_line_names_its_own_user() -> None:
-    assert dns.render_token_line("t0k3n") == "t0k3n,tandem:cluster-dns,tandem:cluster-dns\n"
-
-
 def test_a_missing_build_says_how_to_make_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tandem.devcluster import dns
 from tandem.devcluster.binaries import ClusterBinaries
 from tandem.devcluster.components import (
     NODE_IP,
@@ -18,10 +19,15 @@ from tandem.devcluster.components import (
     render_components,
     render_kwok_config,
 )
-from tandem.devcluster.kubeconfig import render_kubeconfig, render_token_file
+from tandem.devcluster.kubeconfig import (
+    ADMIN_GROUP,
+    ADMIN_USER,
+    render_kubeconfig,
+    render_token_line,
+)
 from tandem.devcluster.layout import StateLayout
 from tandem.devcluster.pki import KubeletPki, Pki, render_openssl_config
-from tandem.devcluster.realnode.join import render_node_token_line
+from tandem.devcluster.realnode.join import NODE_GROUP, NODE_USER
 
 PORTS = Ports(
     etcd_client=2379, etcd_peer=2380, apiserver=6443, controller_manager=10257,
@@ -125,7 +131,7 @@ def test_with_a_real_node_the_apiserver_and_kubelets_authenticate_each_other() -
 
 
 def test_the_kubelet_token_is_the_node_identity() -> None:
-    assert render_node_token_line("t") == (
+    assert render_token_line("t", NODE_USER, NODE_GROUP) == (
         't,system:node:localhost,system:node:localhost,"system:nodes"\n'
     )
 
@@ -156,8 +162,10 @@ def test_kubeconfig_trusts_the_ca_and_uses_the_token() -> None:
     assert parsed["current-context"] == parsed["contexts"][0]["name"]
 
 
-def test_token_file_puts_admin_in_system_masters() -> None:
-    assert render_token_file("abc") == 'abc,admin,admin,"system:masters"\n'
+def test_token_lines_name_the_user_and_its_group_if_any() -> None:
+    assert render_token_line("abc", ADMIN_USER, ADMIN_GROUP) == 'abc,admin,admin,"system:masters"\n'
+    # The cluster's own daemons are users in no group: they hold what their roles grant.
+    assert render_token_line("t0k3n", dns.USER) == "t0k3n,tandem:cluster-dns,tandem:cluster-dns\n"
 
 
 def test_serving_certificate_covers_loopback() -> None:

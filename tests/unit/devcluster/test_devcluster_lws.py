@@ -19,7 +19,6 @@ from tandem.devcluster.lws import (
     render_controller_config,
     render_role,
     render_role_binding,
-    render_token_line,
     render_webhook_configurations,
 )
 
@@ -139,8 +138,6 @@ def test_controller_command_line_and_health_url() -> None:
 
 
 def test_controller_identity_is_a_user_bound_to_the_lws_role_only() -> None:
-    line = render_token_line("secret")
-    assert line == f"secret,{USER},{USER}\n"  # no group: not system:masters
     role = render_role({"kind": "ClusterRole", "metadata": {"name": "manager-role"}, "rules": []})
     assert role["metadata"]["name"] == "lws-manager-role"
     binding = render_role_binding(role)

@@ -23,14 +23,10 @@ from tandem.devcluster.realnode.node import (
 )
 from tandem.devcluster.realnode.plan import NODE_NAME, NodePlan
 
+# The kubelet's identity in --token-auth-file: the one the Node authorizer and
+# NodeRestriction admission limit to this node and its pods.
 NODE_USER = f"system:node:{NODE_NAME}"
 NODE_GROUP = "system:nodes"
-
-
-def render_node_token_line(token: str) -> str:
-    """The kubelet's line in --token-auth-file: the identity the Node authorizer and
-    NodeRestriction admission limit to this node and its pods."""
-    return f'{token},{NODE_USER},{NODE_USER},"{NODE_GROUP}"\n'
 
 
 def plan_real_node(
