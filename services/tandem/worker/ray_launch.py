@@ -32,6 +32,20 @@ from dataclasses import dataclass
 from tandem.engines.ray_nodes import RANK_PORT_ENV, wait_for_nodes
 from tandem.worker.stop_signals import exit_at_once_on_stop
 
+# Each port Ray opens, by its ``ray start`` flag, as an offset into the group's block:
+# those every node opens, then those only the head does.
+_NODE_PORTS = (
+    ("--node-manager-port", 1),
+    ("--object-manager-port", 2),
+    ("--dashboard-agent-grpc-port", 4),
+    ("--dashboard-agent-listen-port", 5),
+    ("--metrics-export-port", 6),
+    ("--runtime-env-agent-port", 7),
+)
+_HEAD_PORTS = (("--port", 0), ("--ray-client-server-port", 3))
+_RANK_LINK = 8  # a follower rank's link to the leader (``engines.reference.tp``)
+_WORKERS = range(100, 200)  # Ray's worker processes (the rank actors among them)
+
 
 @dataclass(frozen=True, slots=True)
 class RayPorts:
@@ -46,41 +60,16 @@ class RayPorts:
 
     @property
     def node_manager(self) -> int:
-        return self.first + 1
-
-    @property
-    def object_manager(self) -> int:
-        return self.first + 2
-
-    @property
-    def client_server(self) -> int:
-        return self.first + 3
-
-    @property
-    def dashboard_agent_grpc(self) -> int:
-        return self.first + 4
-
-    @property
-    def dashboard_agent_listen(self) -> int:
-        return self.first + 5
-
-    @property
-    def metrics_export(self) -> int:
-        return self.first + 6
-
-    @property
-    def runtime_env_agent(self) -> int:
-        return self.first + 7
+        """Listening once the node has joined (a follower pod's readiness)."""
+        return self.first + dict(_NODE_PORTS)["--node-manager-port"]
 
     @property
     def rank_link(self) -> int:
-        """A follower rank's link to the leader (``engines.reference.tp``)."""
-        return self.first + 8
+        return self.first + _RANK_LINK
 
     @property
     def workers(self) -> range:
-        """Ray's worker processes (the rank actors among them)."""
-        return range(self.first + 100, self.first + 200)
+        return range(self.first + _WORKERS.start, self.first + _WORKERS.stop)
 
     @property
     def last(self) -> int:
@@ -89,6 +78,15 @@ class RayPorts:
     @property
     def block(self) -> range:
         return range(self.first, self.last + 1)
+
+    def start_flags(self, *, head: bool) -> list[str]:
+        """``ray start``'s port flags for a node, the head's own ones included if ``head``."""
+        ports = [*_NODE_PORTS, *(_HEAD_PORTS if head else ())]
+        return [
+            *(f"{flag}={self.first + offset}" for flag, offset in ports),
+            f"--min-worker-port={self.workers.start}",
+            f"--max-worker-port={self.last}",
+        ]
 
 
 # Ray's object store carries no tensors here (the ranks' link does): the least Ray takes.
@@ -107,26 +105,13 @@ def build_ray_start_argv(
         "ray.scripts.scripts",
         "start",
         f"--node-ip-address={node_ip}",
-        f"--node-manager-port={ports.node_manager}",
-        f"--object-manager-port={ports.object_manager}",
-        f"--dashboard-agent-grpc-port={ports.dashboard_agent_grpc}",
-        f"--dashboard-agent-listen-port={ports.dashboard_agent_listen}",
-        f"--metrics-export-port={ports.metrics_export}",
-        f"--runtime-env-agent-port={ports.runtime_env_agent}",
-        f"--min-worker-port={ports.workers.start}",
-        f"--max-worker-port={ports.last}",
+        *ports.start_flags(head=head is None),
         f"--object-store-memory={OBJECT_STORE_BYTES}",
         f"--num-cpus={cpus}",
         "--disable-usage-stats",
     ]
     if head is None:
-        return [
-            *argv,
-            "--head",
-            f"--port={ports.gcs}",
-            f"--ray-client-server-port={ports.client_server}",
-            "--include-dashboard=false",
-        ]
+        return [*argv, "--head", "--include-dashboard=false"]
     return [*argv, f"--address={head}", "--block"]
 
 
