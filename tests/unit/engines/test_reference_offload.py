@@ -28,34 +28,29 @@ from tandem.worker.convert import kv_batch_from_pb, kv_batch_to_pb
 from tandem.worker.kv_event_log import KvEventLog
 from tandem.worker.types import KvEventBatch
 
+from .conftest import generate
+
 TinyConfigFactory = Callable[..., ReferenceModelConfig]
 GREEDY = SamplingParams(max_tokens=6)
 BLOCK = 8  # the tiny config's kv_block_size
 ENTRY_BYTES = 2 * 8 * 2 * 2 * 16 * 4  # tiny config: layers x block x (k, v) x heads x dim x 4
 
 
+def answer(engine: ReferenceEngine, request_id: str, prompt: list[int]) -> list[int]:
+    return generate(engine, request_id, prompt, GREEDY)
+
+
 def tokens_of(length: int, seed: int) -> list[int]:
     return np.random.default_rng(seed).integers(0, 256, length).tolist()
-
-
-def generate(engine: ReferenceEngine, request_id: str, prompt: list[int]) -> list[int]:
-    result = engine.prefill(request_id, prompt, GREEDY)
-    out, finish = [result.first_token], result.finish_reason
-    while finish is None:
-        (step,) = engine.step({request_id: GREEDY})
-        out.append(step.token)
-        finish = step.finish_reason
-    engine.release(request_id)
-    return out
 
 
 def push_out_and_ask_again(engine: ReferenceEngine, long: list[int]) -> list[int]:
     """Ask ``long``, then two other prompts that need the whole device pool, then
     ``long`` again; returns the second answer."""
-    generate(engine, "first", long)
+    answer(engine, "first", long)
     for seed in (11, 12):
-        generate(engine, f"other-{seed}", tokens_of(len(long), seed))
-    return generate(engine, "again", long)
+        answer(engine, f"other-{seed}", tokens_of(len(long), seed))
+    return answer(engine, "again", long)
 
 
 def offload_config(
@@ -108,16 +103,16 @@ def test_a_flipped_byte_on_disk_is_caught_and_the_block_recomputed(
     long = tokens_of(100, 1)
     expected = push_out_and_ask_again(ReferenceEngine(tiny_config(num_kv_blocks=40)), long)
     engine = ReferenceEngine(offload_config(tiny_config, tmp_path, host_entries=0))
-    generate(engine, "first", long)
+    answer(engine, "first", long)
     for seed in (11, 12):
-        generate(engine, f"other-{seed}", tokens_of(len(long), seed))
+        answer(engine, f"other-{seed}", tokens_of(len(long), seed))
     assert engine.offload is not None and engine.offload.disk is not None
     # One byte of the long prompt's 6th block, in the disk tier's file.
     offset = _slot_of(engine, long, block=5) * (HEADER.size + ENTRY_BYTES) + HEADER.size + 1000
     fd = engine.offload.disk.fd
     os.pwrite(fd, bytes([os.pread(fd, 1, offset)[0] ^ 0x10]), offset)
 
-    assert generate(engine, "again", long) == expected
+    assert answer(engine, "again", long) == expected
     stats = engine.stats()
     assert stats.offload is not None
     assert stats.offload.damaged == {Tier.DISK: 1}
@@ -203,15 +198,15 @@ def test_a_prompt_that_does_not_fit_beside_a_running_one_is_refused_cleanly(
     sibling = long[:32] + tokens_of(68, 2)  # shares the long prompt's first 4 blocks
     pool = {"num_kv_blocks": 48, "sliding_window": 0}  # 24 blocks of every layer
     config = offload_config(tiny_config, tmp_path, host_entries=64, **pool)
-    expected = generate(ReferenceEngine(tiny_config(**pool)), "alone", long)
+    expected = answer(ReferenceEngine(tiny_config(**pool)), "alone", long)
     engine = ReferenceEngine(config)
-    generate(engine, "long", long)
-    generate(engine, "sibling", sibling)
+    answer(engine, "long", long)
+    answer(engine, "sibling", sibling)
     engine.prefill("running", tokens_of(100, 3), GREEDY)  # holds 26 of the 48 blocks
     with pytest.raises(KvCapacityError):
         engine.prefill("long-again", long, GREEDY)
     engine.release("running")
-    assert generate(engine, "long-again", long) == expected
+    assert answer(engine, "long-again", long) == expected
     stats = engine.stats()
     assert stats.kv_blocks_free == stats.kv_blocks_total
     assert stats.offload is not None

@@ -4,7 +4,6 @@ the reconcile applying it (the API server is test_planning_reconcile's stand-in)
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import itertools
 from datetime import UTC, datetime, timedelta
@@ -17,9 +16,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from tandem.api.v1alpha1 import InferenceCluster
 from tandem_operator import names, reasons
-from tandem_operator.controller import Reconciler
-from tandem_operator.kube.client import Resource
-from tandem_operator.kube.informer import Caches, Store
 from tandem_operator.render.children import render_mpi_keys
 from tandem_operator.render.credentials import Phase
 from tandem_operator.render.mpi_keys import (
@@ -31,25 +27,13 @@ from tandem_operator.render.mpi_keys import (
     parse_mpi_keys_secret,
     plan_mpi_keys,
 )
-from tandem_operator.render.pods import RenderSettings
 
+from .cluster_world import ClusterWorld, Counted
 from .test_gpu_render import load, multi_node_cluster
-from .test_planning_reconcile import KINDS, FakeApiServer
 
 Json = dict[str, Any]
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 PROPAGATION = timedelta(seconds=150)
-
-
-class KeyMaker:
-    """generate_key_pair, counted."""
-
-    def __init__(self) -> None:
-        self.made = 0
-
-    def __call__(self) -> KeyPair:
-        self.made += 1
-        return generate_key_pair()
 
 
 def presented(state: MpiKeyState) -> bytes:
@@ -64,7 +48,7 @@ def accepts(follower: MpiKeyState, leader: MpiKeyState) -> bool:
     return presented(leader) in follower.trust.splitlines()
 
 
-def rotate(maker: KeyMaker) -> list[MpiKeyState]:
+def rotate(maker: Counted[KeyPair]) -> list[MpiKeyState]:
     """Every state of a rotation asked for at NOW, each phase given PROPAGATION."""
     state = plan_mpi_keys(None, "", NOW, maker).state
     states, moment = [state], NOW
@@ -94,7 +78,7 @@ def test_the_key_pair_is_in_the_formats_ssh_and_sshd_read() -> None:
 
 
 def test_a_new_cluster_gets_one_key_pair_that_its_followers_accept() -> None:
-    maker = KeyMaker()
+    maker = Counted(generate_key_pair)
     plan = plan_mpi_keys(None, "", NOW, maker)
     assert (plan.state.phase, plan.requeue_s, maker.made) == (Phase.STABLE, None, 1)
     assert plan.state.trust == plan.state.current.public
@@ -105,7 +89,7 @@ def test_a_new_cluster_gets_one_key_pair_that_its_followers_accept() -> None:
 
 
 def test_a_requested_rotation_trusts_the_new_key_then_uses_it_then_drops_the_old() -> None:
-    maker = KeyMaker()
+    maker = Counted(generate_key_pair)
     stable, trusting, switching, done = rotate(maker)
     old, new = stable.current, trusting.next
     assert new is not None and maker.made == 2
@@ -118,7 +102,7 @@ def test_a_requested_rotation_trusts_the_new_key_then_uses_it_then_drops_the_old
 
 
 def test_leaders_and_followers_one_phase_apart_always_accept_each_other() -> None:
-    states = rotate(KeyMaker())
+    states = rotate(Counted(generate_key_pair))
     for a, b in itertools.pairwise(states):
         assert accepts(a, b) and accepts(b, a)
     # Two phases apart (a lagging mount) they may not: hence a wait per phase.
@@ -126,7 +110,7 @@ def test_leaders_and_followers_one_phase_apart_always_accept_each_other() -> Non
 
 
 def test_a_phase_waits_for_the_secret_to_reach_every_pod() -> None:
-    maker = KeyMaker()
+    maker = Counted(generate_key_pair)
     stable = plan_mpi_keys(None, "", NOW, maker).state
     trusting = plan_mpi_keys(stable, "1", NOW, maker, PROPAGATION)
     assert trusting.requeue_s == 150
@@ -142,7 +126,7 @@ def test_a_phase_waits_for_the_secret_to_reach_every_pod() -> None:
 
 def test_the_secret_round_trips_holds_the_next_pair_while_rotating_and_is_valid() -> None:
     cr = multi_node_cluster()
-    for state in rotate(KeyMaker()):
+    for state in rotate(Counted(generate_key_pair)):
         secret = render_mpi_keys(cr, state)
         kubernetes_validate.validate(secret, "1.36", strict=True)
         assert parse_mpi_keys_secret(secret) == state
@@ -165,7 +149,7 @@ def test_the_secret_round_trips_holds_the_next_pair_while_rotating_and_is_valid(
     ],
 )
 def test_an_unusable_secret_parses_as_none(spoil: Any) -> None:
-    trusting = rotate(KeyMaker())[1]
+    trusting = rotate(Counted(generate_key_pair))[1]
     secret = render_mpi_keys(multi_node_cluster(), trusting)
     spoil(secret)
     assert parse_mpi_keys_secret(secret) is None
@@ -190,7 +174,7 @@ def test_a_hand_made_key_pair_is_adopted_as_it_is() -> None:
         Phase.STABLE, NOW, "r", pair.public, KeyPair(pair.private, pair.public.strip())
     )
     # A Secret the operator rendered for an earlier cluster of that name keeps its phase.
-    trusting = rotate(KeyMaker())[1]
+    trusting = rotate(Counted(generate_key_pair))[1]
     assert adopt_mpi_keys_secret(render_mpi_keys(multi_node_cluster(), trusting), "", NOW) == (
         trusting
     )
@@ -213,62 +197,19 @@ def test_a_secret_without_a_key_pair_is_not_adopted(secret: Json) -> None:
 SECRET = ("Secret", "c-mpi-ssh")
 
 
-class SecretReadingApiServer(FakeApiServer):
-    """Also answers a read by name, as the API server does (None: not found)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gets: list[tuple[str, str]] = []
-
-    async def get(self, resource: Resource, namespace: str | None, name: str) -> Json | None:
-        self.gets.append((resource.kind, name))
-        return self.objects.get((resource.kind, name))
-
-
-class World:
+class World(ClusterWorld):
     def __init__(self, cr: InferenceCluster) -> None:
-        self.server = SecretReadingApiServer()
-        self.caches = Caches({kind: Store() for kind in KINDS})
-        self.now = NOW
-        self.maker = KeyMaker()
-        self.version = 0
-        self.cluster: Json = {
-            "apiVersion": "tandem.dev/v1alpha1",
-            "kind": "InferenceCluster",
-            "metadata": {"name": "c", "namespace": "ns", "uid": "u", "generation": 1},
-            "spec": cr.spec.to_wire(),
-        }
-        self.annotate("")
-        self.reconciler = Reconciler(
-            self.server,  # type: ignore[arg-type]
-            self.caches,
-            RenderSettings(),
-            identity="test",
-            now=lambda: self.now,
-            credential_propagation=PROPAGATION,
-            new_mpi_keys=self.maker,
-        )
+        self.maker = Counted(generate_key_pair)
+        super().__init__(cr, NOW, credential_propagation=PROPAGATION, new_mpi_keys=self.maker)
 
     def annotate(self, rotation: str) -> None:
-        self.version += 1
-        meta = self.cluster["metadata"]
-        meta["annotations"] = {names.ANNOTATION_ROTATE_MPI_KEYS: rotation}
-        meta["resourceVersion"] = str(self.version)
-        self.server.objects[("InferenceCluster", "c")] = self.cluster
-        self.caches.of("InferenceCluster").upsert(self.cluster)
-
-    async def reconcile(self) -> float | None:
-        return await asyncio.wait_for(self.reconciler.reconcile(("ns", "c")), 10)
+        self.cluster["metadata"]["annotations"] = {names.ANNOTATION_ROTATE_MPI_KEYS: rotation}
+        self.publish()
 
     def keys(self) -> MpiKeyState:
         state = parse_mpi_keys_secret(self.server.objects[SECRET])
         assert state is not None
         return state
-
-    def condition(self, kind: str) -> tuple[str, str, str]:
-        status = self.server.objects[("InferenceCluster", "c")]["status"]
-        found = next(c for c in status["conditions"] if c["type"] == kind)
-        return found["status"], found["reason"], found["message"]
 
 
 async def test_an_mpi_cluster_gets_its_keys_owned_by_it_and_others_get_none() -> None:

@@ -4,7 +4,6 @@ made for other clusters, and someone else's Secret of that name left alone."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from typing import Any
 
@@ -12,59 +11,20 @@ import kubernetes_validate  # type: ignore[import-untyped]
 
 from tandem.api.v1alpha1 import InferenceCluster
 from tandem_operator import names, reasons
-from tandem_operator.controller import Reconciler
-from tandem_operator.kube.informer import Caches, Store
-from tandem_operator.render.pods import RenderSettings
 from tandem_operator.render.ray_token import generate_token, read_ray_token
 
+from .cluster_world import ClusterWorld, Counted
 from .test_gpu_render import load, multi_node_cluster
-from .test_mpi_keys import NOW, SecretReadingApiServer, hand_made
-from .test_planning_reconcile import KINDS
+from .test_mpi_keys import NOW, hand_made
 
 Json = dict[str, Any]
 TOKEN = ("Secret", "c-ray-token")
 
 
-class TokenMaker:
-    def __init__(self) -> None:
-        self.made = 0
-
-    def __call__(self) -> bytes:
-        self.made += 1
-        return generate_token()
-
-
-class World:
+class World(ClusterWorld):
     def __init__(self, cr: InferenceCluster) -> None:
-        self.server = SecretReadingApiServer()
-        self.caches = Caches({kind: Store() for kind in KINDS})
-        self.maker = TokenMaker()
-        cluster: Json = {
-            "apiVersion": "tandem.dev/v1alpha1",
-            "kind": "InferenceCluster",
-            "metadata": {
-                "name": "c", "namespace": "ns", "uid": "u", "generation": 1, "resourceVersion": "1"
-            },
-            "spec": cr.spec.to_wire(),
-        }  # fmt: skip
-        self.server.objects[("InferenceCluster", "c")] = cluster
-        self.caches.of("InferenceCluster").upsert(cluster)
-        self.reconciler = Reconciler(
-            self.server,  # type: ignore[arg-type]
-            self.caches,
-            RenderSettings(),
-            identity="test",
-            now=lambda: NOW,
-            new_ray_token=self.maker,
-        )
-
-    async def reconcile(self) -> None:
-        await asyncio.wait_for(self.reconciler.reconcile(("ns", "c")), 10)
-
-    def condition(self, kind: str) -> tuple[str, str, str]:
-        status = self.server.objects[("InferenceCluster", "c")]["status"]
-        found = next(c for c in status["conditions"] if c["type"] == kind)
-        return found["status"], found["reason"], found["message"]
+        self.maker = Counted(generate_token)
+        super().__init__(cr, NOW, new_ray_token=self.maker)
 
 
 async def test_a_ray_cluster_gets_one_token_owned_by_it_and_others_get_none() -> None:

@@ -10,13 +10,11 @@ from typing import Any
 
 import pytest
 
-from tandem_operator.controller import Reconciler
 from tandem_operator.kube.client import NotFound
-from tandem_operator.render.pods import RenderSettings
 
+from .cluster_world import ClusterWorld, SecretReadingApiServer
 from .test_gpu_render import multi_node_cluster
-from .test_mpi_keys import NOW, SecretReadingApiServer
-from .test_ray_token import World
+from .test_mpi_keys import NOW
 
 Json = dict[str, Any]
 
@@ -30,17 +28,6 @@ class NamespaceGoingAway(SecretReadingApiServer):
 
 
 async def test_a_namespace_deleted_under_a_reconcile_is_an_api_error_not_a_missing_kind() -> None:
-    world = World(multi_node_cluster("ray"))
-    world.server = NamespaceGoingAway()
-    world.server.objects[("InferenceCluster", "c")] = world.caches.of("InferenceCluster").get(
-        "ns", "c"
-    )
-    world.reconciler = Reconciler(
-        world.server,  # type: ignore[arg-type]
-        world.caches,
-        RenderSettings(),
-        identity="test",
-        now=lambda: NOW,
-    )
+    world = ClusterWorld(multi_node_cluster("ray"), NOW, server=NamespaceGoingAway())
     with pytest.raises(NotFound, match="namespaces"):
         await world.reconcile()
