@@ -87,14 +87,21 @@ def smollm2() -> tuple[ReferenceModelConfig, ModelWeights]:
 
 
 def generate(
-    engine: ReferenceEngine, request_id: str, prompt: list[int], params: SamplingParams
+    engine: ReferenceEngine,
+    request_id: str,
+    prompt: list[int],
+    params: SamplingParams,
+    *,
+    release: bool = True,
 ) -> list[int]:
-    """``prompt``'s whole answer under ``params``, alone on ``engine``; then released."""
+    """``prompt``'s whole answer under ``params``, alone on ``engine``; then released,
+    unless ``release`` is False (its KV stays held)."""
     result = engine.prefill(request_id, prompt, params)
     out, finish = [result.first_token], result.finish_reason
     while finish is None:
         (step,) = engine.step({request_id: params})
         out.append(step.token)
         finish = step.finish_reason
-    engine.release(request_id)
+    if release:
+        engine.release(request_id)
     return out

@@ -15,6 +15,8 @@ from tandem.engines.reference.kv_layout import compute_kept_blocks
 from tandem.kv.block_hashes import compute_block_names
 from tandem.kv.events import BlocksRemoved, BlocksStored, KvCacheState
 
+from .conftest import generate as generate_answer
+
 TinyConfigFactory = Callable[..., ReferenceModelConfig]
 CopyKv = Callable[..., None]
 GREEDY = SamplingParams(max_tokens=6)
@@ -28,13 +30,8 @@ def tokens_of(length: int, seed: int) -> list[int]:
 def generate(
     engine: ReferenceEngine, request_id: str, prompt: list[int], params: SamplingParams = GREEDY
 ) -> list[int]:
-    result = engine.prefill(request_id, prompt, params)
-    out, finish = [result.first_token], result.finish_reason
-    while finish is None:
-        (step,) = engine.step({request_id: params})
-        out.append(step.token)
-        finish = step.finish_reason
-    return out
+    """The answer, its sequence kept (finished sequences hold their KV until released)."""
+    return generate_answer(engine, request_id, prompt, params, release=False)
 
 
 def fresh_tokens(
