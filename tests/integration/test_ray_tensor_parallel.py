@@ -2,8 +2,9 @@
 on this machine (``tandem_dev.ray_group``): two Ray nodes (``tandem.worker.ray_launch``
 leader and follower, token authentication on, every port in its block), the worker on
 the leader placing its follower rank on the other node through Ray. Its greedy answers
-are token for token those of a TP1 worker, its KV handed to a TP1 worker (gathered into
-the whole model's layout) decodes there to the same answer, and it takes no KV."""
+are token for token those of a TP1 worker, and KV moves both ways between it and a TP1
+worker (gathered into the whole model's layout, or split across its ranks) to the same
+answers."""
 
 from __future__ import annotations
 
@@ -96,14 +97,19 @@ async def test_a_tp2_group_answers_as_one_worker(
         assert not chunks[0].prefilled_locally
         assert chunks[0].kv_bytes_transferred == reply.kv.nbytes
         assert [t for chunk in chunks for t in chunk.token_ids] == expected[i]
-    # The other way it refuses: its ranks hold separate heads.
-    reply = await single.client.prefill("q", PROMPTS[0], SAMPLING)
-    assert reply.kv is not None
-    with pytest.raises(WorkerCallError, match="split across 2 tensor-parallel ranks"):
-        async for _ in group.client.decode(
-            "q", PROMPTS[0], SAMPLING, remote_kv=reply.kv, first_token=reply.first_token
-        ):
-            pass
+    # TP1 -> TP2: the group pulls the TP1 worker's KV into its whole layout and splits
+    # it across its ranks (the follower's heads over the rank link).
+    for i, prompt in enumerate(PROMPTS):
+        reply = await single.client.prefill(f"q{i}", prompt, SAMPLING)
+        assert reply.kv is not None
+        tokens = [
+            t
+            async for chunk in group.client.decode(
+                f"q{i}", prompt, SAMPLING, remote_kv=reply.kv, first_token=reply.first_token
+            )
+            for t in chunk.token_ids
+        ]
+        assert tokens == expected[i]
 
     # The follower's pod dies mid-stream: the stream fails with a clean error at once,
     # and the worker leaves (exit 1) so that its group restarts as a whole.

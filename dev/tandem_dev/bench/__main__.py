@@ -63,7 +63,7 @@ SECTIONS = (
         "authentication on), its follower rank on the group's other node, the ranks' "
         "partial sums added over TCP every layer. Against TP1 in the same run: prefill and "
         "decode step times, the share of the all-reduce, start to ready, and the KV "
-        "conversion a handoff to a TP1 worker needs.",
+        "conversions a handoff with a TP1 worker needs, both ways.",
         600,
     ),
     Section(

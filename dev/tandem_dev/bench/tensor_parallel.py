@@ -14,8 +14,9 @@ measures on one BLAS thread per rank:
 - prefill of a 1,024-token prompt (tokens/s), and a decode step of 1 and of 8 sequences;
 - for TP2, the share of each in the all-reduce: the leader's time in ``LeaderLink.reduce``
   (waiting for the follower's partial sums, and sending the total back), 2 per layer;
-- for TP2, the KV conversion a handoff to a TP1 worker needs: gathering the prompt's KV
-  into the whole model's layout (``ReferenceEngine.gather_kv``).
+- for TP2, the KV conversions a handoff with a TP1 worker needs: gathering the prompt's
+  KV into the whole model's layout (``ReferenceEngine.gather_kv``), and splitting KV
+  that arrived whole across the ranks (``ReferenceEngine.commit``).
 
 The two ranks share this 2-core machine with each other's Ray processes, so TP2's
 ratios here say what the split costs and saves on CPU, not what NVLink-connected GPUs
@@ -98,6 +99,13 @@ def probe(tensor_parallel: int, started: float) -> dict[str, Any]:
     engine.gather_kv("p")
     gather_s = time.perf_counter() - began
     engine.release("p")
+    # The other way: KV a TP1 worker prefilled, arrived whole, split across the ranks on
+    # commit (the bytes do not matter to the time).
+    engine.reserve("s", _prompt(PROMPT_TOKENS, 2), prefilled.first_token)
+    began = time.perf_counter()
+    engine.commit("s")
+    split_s = time.perf_counter() - began
+    engine.release("s")
 
     decode: dict[str, dict[str, float]] = {}
     for batch in (1, 8):
@@ -126,6 +134,7 @@ def probe(tensor_parallel: int, started: float) -> dict[str, Any]:
         "prefill_s": prefill_s,
         "handoff_kv_bytes": prefilled.kv.nbytes,
         "gather_s": gather_s,
+        "split_s": split_s,
         "decode": decode,
         "reductions_per_step": 2 * config.num_layers,
     }
@@ -206,7 +215,10 @@ def render(one: list[Result], two: list[Result]) -> str:
         "prefill worker hands over), the leader gathers the follower's heads over the rank "
         "link and interleaves them into the whole layout: "
         f"{' and '.join(format(r['gather_s'] * 1000, '.0f') + ' ms' for r in two)}, "
-        f"{share(lambda r: r['gather_s'] / r['prefill_s'])} of the prompt's prefill.",
+        f"{share(lambda r: r['gather_s'] / r['prefill_s'])} of the prompt's prefill. "
+        "TP1 -> TP2, the same KV arrived whole is split across the ranks on commit (the "
+        "leader's heads into its pool, the follower's over the link): "
+        f"{' and '.join(format(r['split_s'] * 1000, '.0f') + ' ms' for r in two)}.",
     ]
     return "\n".join(lines)
 

@@ -897,9 +897,7 @@ class InferenceClusterSpec(ApiModel):
             "the trtllm and simulated engines serve gpt-oss models (tokenizer harmony)",
             ".model.tokenizer",
         ),
-        # The reference engine runs one tensor-parallel rank per pod of a Ray group, and a
-        # rank holds its own KV heads only: such a group hands its KV over gathered into
-        # the whole model's layout, but takes none (it would have to split it).
+        # The reference engine runs one tensor-parallel rank per pod of a Ray group.
         *(
             CelRule(
                 f"self.engine.kind != 'reference' || "
@@ -909,14 +907,6 @@ class InferenceClusterSpec(ApiModel):
                 f".{pool}.nodesPerWorker",
             )
             for pool in ("prefill", "decode")
-        ),
-        CelRule(
-            "self.engine.kind != 'reference' || self.decode.tensorParallelSize == 1 || "
-            "self.prefill.maxReplicas == 0",
-            "a tensor-parallel reference decode pool takes no KV from a prefill pool (its "
-            "ranks hold separate KV heads): set spec.prefill.maxReplicas to 0 (aggregated) "
-            "or spec.decode.tensorParallelSize to 1",
-            ".decode.tensorParallelSize",
         ),
         *(
             CelRule(

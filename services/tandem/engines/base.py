@@ -175,8 +175,7 @@ class EngineInfo:
     kv_block_size: int
     eos_token_id: int
     # How many ranks hold a share of each sequence's KV (its tensor-parallel group).
-    # Above 1 the engine takes no KV from other workers, and hands its own over only
-    # once gathered (``GathersKv``).
+    # Above 1 its KV leaves only once gathered (``GathersKv``).
     kv_ranks: int = 1
     extra: dict[str, str] = field(default_factory=dict)
 

@@ -255,7 +255,6 @@ class WorkerService:
             if remote is not None and first_token is None:
                 raise InvalidRequest("a decode with remote_kv needs first_token_id")
             if remote is not None:
-                self._check_takes_kv()
                 self._check_digest(request_id, remote)
             with self._queued(len(prompt) if remote is None else 0, decoding=True):
                 if remote is None or first_token is None:
@@ -275,14 +274,6 @@ class WorkerService:
                     yield chunk
             finally:
                 await stream.aclose()
-
-    def _check_takes_kv(self) -> None:
-        ranks = self._driver.info.kv_ranks
-        if ranks > 1:
-            raise WrongRole(
-                f"worker {self.config.worker_id}: its KV is split across {ranks} "
-                "tensor-parallel ranks, so it decodes only what it prefilled"
-            )
 
     def _check_digest(self, request_id: str, remote: RemoteKvHandle) -> None:
         if remote.config_digest == self.config_digest:

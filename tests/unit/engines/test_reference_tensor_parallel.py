@@ -1,7 +1,8 @@
 """Tensor parallelism in the reference engine: the shard plan, hand-worked; a TP2 group
 (a follower rank in a thread, over the real TCP link) answering token for token as the
 whole model does, alone, batched and from a cached prefix; its KV handed to a TP1 engine,
-gathered into the whole layout; the link's secret and a lost rank. Ray's placement of the
+gathered into the whole layout, and a TP1 engine's split across its ranks; the link's
+secret and a lost rank. Ray's placement of the
 ranks is tested in tests/integration."""
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class LocalGroup:
         followers = [
             FollowerRank(config, weights, rank) for rank in range(1, config.tensor_parallel_size)
         ]
+        self.followers = followers
         ports = [follower.listen("127.0.0.1") for follower in followers]
         self.steps: list[int] = []
         self.threads = [
@@ -224,13 +226,49 @@ def test_a_tp2_group_hands_its_kv_to_a_tp1_engine_in_the_whole_layout(
     assert group.engine.stats().prompt_tokens_cached > 0
 
 
-def test_a_tp_engine_takes_no_kv_from_other_workers(
+@pytest.mark.parametrize("window", [24, 0])
+def test_a_tp2_group_takes_kv_a_tp1_engine_prefilled_split_across_its_ranks(
+    tiny_config: TinyConfigFactory,
+    local_group: type[LocalGroup],
+    copy_kv: KvCopier,
+    window: int,
+) -> None:
+    whole = tiny_config(num_heads=6, num_kv_heads=3, head_dim=8, sliding_window=window)
+    weights = init_weights(whole)
+    group = local_group(dataclasses.replace(whole, tensor_parallel_size=2), weights)
+    prefill, alone = ReferenceEngine(whole, weights), ReferenceEngine(whole, weights)
+    # Every rank's pool poisoned: a head the split misses turns the answer to NaN.
+    poison_kv(group.engine)
+    for follower in group.followers:
+        follower._pool.fill(np.nan)
+    prompts = [prompt(seed, 30 + 21 * seed, whole.vocab_size) for seed in range(3)]
+    for i, ids in enumerate(prompts):
+        rid = f"r{i}"
+        result = prefill.prefill(rid, ids, GREEDY)
+        layout = group.engine.reserve(rid, ids, result.first_token)
+        assert {r.region for r in layout.ranges} == {1}
+        copy_kv(prefill, result.kv, group.engine, layout)
+        group.engine.commit(rid)
+        prefill.release(rid)
+        tokens = [result.first_token]
+        while len(tokens) < GREEDY.max_tokens:
+            (step,) = group.engine.step({rid: GREEDY})
+            tokens.append(step.token)
+        group.engine.release(rid)
+        assert tokens == answer(alone, f"one-{rid}", ids)
+    # Without window layers (whose early blocks never arrive) what arrived went into the
+    # group's prefix cache, every rank's heads of it: a local prompt extending one reuses
+    # those blocks and still answers as TP1.
+    longer = [*prompts[2], 5, 6, 7]
+    assert answer(group.engine, "local", longer) == answer(alone, "one-local", longer)
+    assert (group.engine.stats().prompt_tokens_cached > 0) == (window == 0)
+
+
+def test_only_a_prefilled_sequence_is_gathered(
     tiny_config: TinyConfigFactory, local_group: type[LocalGroup]
 ) -> None:
     config = tiny_config(tensor_parallel_size=2)
     group = local_group(config, init_weights(config))
-    with pytest.raises(EngineError, match="does not take KV"):
-        group.engine.reserve("r", [1, 2, 3], 4)
     with pytest.raises(EngineError, match="no prefilled KV to gather"):
         group.engine.gather_kv("r")
 

@@ -94,8 +94,10 @@ class ReferenceEngine:
             )
         self.model = ReferenceModel(local, weights, None if ranks is None else ranks.link.reduce)
         self.pool = KvPool(local)
-        # Handoffs read a TP group's KV from here, gathered (``gather_kv``).
+        # A TP group's KV moves to and from other workers through a region in the whole
+        # model's layout (``tp.whole_kv``), its kv_regions' second.
         self._whole_kv = None if ranks is None else WholeKv(self.config)
+        self._handoff_region = 0 if ranks is None else 1
         self.cache = PrefixCache(self.pool) if self.config.prefix_cache else None
         self.offload = open_offload(self.config, self.pool, self.cache)
         self._sequences: dict[str, Sequence] = {}
@@ -235,20 +237,15 @@ class ReferenceEngine:
         sequence = self._sequences.get(request_id)
         if sequence is None or sequence.state is not SequenceState.ACTIVE:
             raise EngineError(f"request {request_id!r} has no prefilled KV to gather")
-        blocks = np.asarray(
-            list_kept_physical_blocks(self.config, sequence.prompt_len, sequence.kv.tables()),
-            dtype=np.int32,
-        )
+        blocks = self._kept_blocks(sequence)
         shares = self._ranks.link.gather(blocks, self._whole_kv.share_bytes(len(blocks)))
         self._whole_kv.assemble(blocks, self.pool.blocks[blocks], shares)
 
     # -- decode side of a handoff -----------------------------------------------------
 
     def reserve(self, request_id: str, prompt: Seq[int], first_token: int) -> KvLayout:
-        if self._ranks is not None:
-            raise EngineError(
-                "a tensor-parallel reference worker does not take KV from other workers"
-            )
+        """In a tensor-parallel group the layout is in the whole-layout region, the same
+        blocks as the pool's; ``commit`` splits them across the ranks."""
         self._check_new(request_id, prompt)
         self._check_token_ids([first_token])
         config, count = self.config, len(prompt)
@@ -270,12 +267,17 @@ class ReferenceEngine:
             sampling=SamplingParams(max_tokens=1),
             computed=count,
         )
-        return build_kv_layout(config, count, kv.tables())
+        return build_kv_layout(config, count, kv.tables(), self._handoff_region)
 
     def commit(self, request_id: str) -> None:
         sequence = self._sequences.get(request_id)
         if sequence is None or sequence.state is not SequenceState.RESERVED:
             raise EngineError(f"request {request_id!r} has no reserved KV to commit")
+        if self._ranks is not None and self._whole_kv is not None:
+            blocks = self._kept_blocks(sequence)
+            own, shares = self._whole_kv.split(blocks)
+            self.pool.blocks[blocks] = own
+            self._ranks.link.scatter(blocks, shares)
         sequence.state = SequenceState.ACTIVE
         self._store_full_blocks(sequence)  # received blocks are as good as computed ones
 
@@ -382,12 +384,13 @@ class ReferenceEngine:
             return StepOutput(request_id=request_id, token=token, finish_reason=sequence.finish)
         sequence.state = SequenceState.ACTIVE
         del self._prefilling[request_id]
-        # Region 1 of a tensor-parallel group is the whole-layout one (``gather_kv``).
-        region = 0 if self._ranks is None else 1
+        layout = build_kv_layout(
+            self.config, sequence.prompt_len, sequence.kv.tables(), self._handoff_region
+        )
         result = PrefillResult(
             first_token=token,
             num_prompt_tokens=sequence.prompt_len,
-            kv=build_kv_layout(self.config, sequence.prompt_len, sequence.kv.tables(), region),
+            kv=layout,
             finish_reason=sequence.finish,
         )
         logger.debug("prefilled %s: %s tokens", request_id, sequence.prompt_len)
@@ -429,6 +432,13 @@ class ReferenceEngine:
         if self.offload is not None:
             events += self.offload.drain_events()
         return events
+
+    def _kept_blocks(self, sequence: Sequence) -> np.ndarray:
+        """The blocks a handoff of ``sequence``'s prompt moves (every layer's)."""
+        tables = sequence.kv.tables()
+        return np.asarray(
+            list_kept_physical_blocks(self.config, sequence.prompt_len, tables), dtype=np.int32
+        )
 
     def _available(self) -> int:
         """Free blocks not promised to queued prefills."""

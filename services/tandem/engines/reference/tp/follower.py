@@ -1,6 +1,6 @@
 """A follower rank: its shard of the model, a KV pool mirroring the leader's, and the loop
-that runs each step the leader sends (layers only: the leader alone samples) and answers
-each gather with its share of the blocks asked for."""
+that runs each step the leader sends (layers only: the leader alone samples), answers
+each gather with its share of the blocks asked for and writes each scatter's share."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 from tandem.engines.reference.config import ReferenceModelConfig
 from tandem.engines.reference.kv_pool import allocate_blocks
 from tandem.engines.reference.model import ReferenceModel
-from tandem.engines.reference.tp.link import GATHER, FollowerLink
+from tandem.engines.reference.tp.link import GATHER, SCATTER, FollowerLink
 from tandem.engines.reference.tp.shard import plan_shard, shard_config, shard_weights
 from tandem.engines.reference.tp.step import decode_step, to_model_segments
 from tandem.engines.reference.weights import ModelWeights
@@ -51,6 +51,10 @@ class FollowerRank:
                 kind, body = request
                 if kind == GATHER:
                     link.send_share(self._pool[np.frombuffer(body, dtype=np.int32)])
+                    continue
+                if kind == SCATTER:
+                    blocks, share = link.read_scatter(body)
+                    self._pool[blocks] = share.reshape(len(blocks), *self._pool.shape[1:])
                     continue
                 segments = decode_step(body)
                 bounds = np.cumsum([0, *(len(s.tokens) for s in segments)])

@@ -5,10 +5,12 @@ A star: the leader holds one connection per follower. A reduction collects every
 follower's partial, adds them to its own in rank order and sends the total back, so all
 ranks hold the same bits. Frames are an 8-byte length and raw bytes; arrays travel as
 their float32 bytes (both sides know the shape). The leader's requests start with one
-byte saying what they are: a step (as ``step.encode_step`` writes it), or a gather of
-KV blocks (their ids as int32), which each follower answers with its share of those
-blocks. A connection opens with the group's secret (handed to the followers through Ray,
-whose own connections are token-authenticated) and is refused without it.
+byte saying what they are: a step (as ``step.encode_step`` writes it); a gather of KV
+blocks (their ids as int32), which each follower answers with its share of those blocks;
+or a scatter (a 4-byte count, the ids, then the follower's share of those blocks), which
+it writes into its pool before the next step, unanswered. A connection opens with the
+group's secret (handed to the followers through Ray, whose own connections are
+token-authenticated) and is refused without it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ _LENGTH = struct.Struct("!Q")
 _ACCEPTED = b"ok"
 STEP = b"s"
 GATHER = b"g"
+SCATTER = b"w"
+_COUNT = struct.Struct("!I")
 HANDSHAKE_TIMEOUT_S = 10.0
 # A partial sum is one layer of one step away: a rank silent this long is lost (a hung or
 # cut-off pod), and the step fails instead of waiting forever.
@@ -133,6 +137,13 @@ class LeaderLink:
         for peer in self._peers:
             peer.send(STEP, *step)
 
+    def scatter(self, blocks: npt.NDArray[np.int32], shares: Sequence[bytes]) -> None:
+        """Hand follower ``i`` (rank ``i + 1``) ``shares[i]``, its heads of KV ``blocks``;
+        the link's order puts it in place before the next step runs."""
+        ids = np.ascontiguousarray(blocks, dtype=np.int32)
+        for peer, share in zip(self._peers, shares, strict=True):
+            peer.send(SCATTER, _COUNT.pack(len(ids)), ids.tobytes(), share)
+
     def gather(self, blocks: npt.NDArray[np.int32], share_bytes: Sequence[int]) -> list[bytes]:
         """Every follower's share of KV ``blocks``; follower ``i`` (rank ``i + 1``) answers
         ``share_bytes[i]`` bytes."""
@@ -186,17 +197,25 @@ class FollowerLink:
             peer.close()
 
     def receive_request(self) -> tuple[bytes, bytes] | None:
-        """The leader's next request, (``STEP`` or ``GATHER``, its body); None when the
-        leader closed the link."""
+        """The leader's next request, (``STEP``, ``GATHER`` or ``SCATTER``, its body); None
+        when the leader closed the link."""
         frame = self._peer.receive()
         if frame is None:
             return None
         kind, body = frame[:1], frame[1:]
-        if kind not in (STEP, GATHER):
+        if kind not in (STEP, GATHER, SCATTER):
             raise RankLinkError(
                 f"tensor-parallel {self._peer.name} sent an unknown request {kind!r}"
             )
         return kind, body
+
+    @staticmethod
+    def read_scatter(body: bytes) -> tuple[npt.NDArray[np.int32], Float32Array]:
+        """A scatter's block ids and the share of them to write."""
+        (count,) = _COUNT.unpack_from(body)
+        ids = np.frombuffer(body, dtype=np.int32, count=count, offset=_COUNT.size)
+        share = np.frombuffer(body, dtype=np.float32, offset=_COUNT.size + ids.nbytes)
+        return ids, share
 
     def send_share(self, share: Float32Array) -> None:
         self._peer.send(np.ascontiguousarray(share, dtype=np.float32).data.cast("B"))

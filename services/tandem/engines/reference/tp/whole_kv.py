@@ -6,7 +6,8 @@ size (or another head split) cannot read it. Before a handoff the leader gathers
 followers' shares of the sequence's blocks and writes every rank's heads side by side
 into a region of whole blocks: the same block ids as its pool, so the layout the
 transport reads is what a TP1 engine's pool would give (``kv_layout``), and a TP1
-worker takes it unchanged.
+worker takes it unchanged. The other way, KV another worker prefilled arrives here whole,
+and the leader splits it: its own heads into its pool, each follower's over the link.
 """
 
 from __future__ import annotations
@@ -49,3 +50,10 @@ class WholeKv:
         for heads, part in zip(self._heads, parts, strict=True):
             shape = (len(blocks), block_size, 2, len(heads), head_dim)
             whole[blocks, :, :, heads.start : heads.stop] = part.reshape(shape)
+
+    def split(self, blocks: npt.NDArray[np.int32]) -> tuple[Float32Array, list[bytes]]:
+        """``blocks`` cut back into the ranks' heads: the leader's (for its pool), then
+        each follower's share as ``LeaderLink.scatter`` sends it."""
+        rows = self.blocks[blocks]
+        parts = [np.ascontiguousarray(rows[:, :, :, h.start : h.stop]) for h in self._heads]
+        return parts[0], [part.tobytes() for part in parts[1:]]
