@@ -1,5 +1,6 @@
 """Checks ``tandem up`` (and, for package sources, ``tandem validate``) runs before any
-process starts: the model file and the tokenizer's inputs exist on this machine.
+process starts: the model file and the tokenizer's inputs exist on this machine, and no
+worker needs more than the one process ``tandem up`` gives it.
 
 A missing wheel or file is then one line naming the field and what to install, instead
 of a frontend or worker that exits while starting. The processes check again when they
@@ -8,7 +9,7 @@ load (a file can vanish in between); these checks only make the common mistake c
 
 from __future__ import annotations
 
-from tandem.api.v1alpha1 import InferenceCluster, TokenizerKind
+from tandem.api.v1alpha1 import EngineKind, InferenceCluster, PoolRole, TokenizerKind
 from tandem.api.validate import FieldError
 from tandem.models.source import PKG_SCHEME, ModelSourceError, resolve_local_model_file
 from tandem.tokenization import TokenizationError
@@ -34,7 +35,7 @@ def package_source_errors(cluster: InferenceCluster, source: str = "") -> list[F
 def local_run_errors(cluster: InferenceCluster, source: str = "") -> list[FieldError]:
     """Everything a local run needs from this machine for the model and its tokenizer."""
     spec = cluster.spec
-    errors: list[FieldError] = []
+    errors = _group_errors(cluster, source)
     try:
         kind = tokenizer_kind(spec.model, spec.engine.kind)
     except TokenizationError as exc:
@@ -51,6 +52,28 @@ def local_run_errors(cluster: InferenceCluster, source: str = "") -> list[FieldE
             quicktok_vocab_path()
         except TokenizationError as exc:
             errors.append(FieldError(source, "spec.model.tokenizer", str(exc)))
+    return errors
+
+
+def _group_errors(cluster: InferenceCluster, source: str) -> list[FieldError]:
+    """A reference worker split across pods (its ranks in a Ray group): ``tandem up``
+    runs each worker as one process, and would run it whole without saying so."""
+    if cluster.spec.engine.kind is not EngineKind.REFERENCE:
+        return []
+    errors = []
+    pools = {PoolRole.PREFILL: cluster.spec.prefill, PoolRole.DECODE: cluster.spec.decode}
+    for role, pool in pools.items():
+        if pool.tensor_parallel_size > 1:
+            errors.append(
+                FieldError(
+                    source,
+                    f"spec.{role.value}.tensorParallelSize",
+                    f"tandem up runs each worker as one process; a worker whose "
+                    f"{pool.tensor_parallel_size} ranks span pods runs on Kubernetes (a "
+                    "LeaderWorkerSet group under Ray, docs/gpu-deployment.md): set it to 1 "
+                    "here",
+                )
+            )
     return errors
 
 

