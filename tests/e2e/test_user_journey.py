@@ -214,9 +214,9 @@ class Journey:
         assert result.returncode == 0, f"helm {' '.join(args)}:\n{result.stderr}"
         return result.stdout
 
-    def pods(self, role: str, *, ready_only: bool = False) -> list[Json]:
+    def pods(self, role: str, *, ready_only: bool = False, cluster: str = NAME) -> list[Json]:
         items: list[Json] = self.get(
-            "pods", "-n", NS, "-l", f"tandem.dev/cluster={NAME},tandem.dev/role={role}"
+            "pods", "-n", NS, "-l", f"tandem.dev/cluster={cluster},tandem.dev/role={role}"
         )["items"]
         live = [p for p in items if not p["metadata"].get("deletionTimestamp")]
         return [p for p in live if _ready(p)] if ready_only else live
@@ -267,10 +267,10 @@ class Journey:
             parts.append(self.kubectl(*args, check=False).stdout)
         return "\n".join(parts)
 
-    def metrics(self) -> str:
+    def metrics(self, cluster: str = NAME) -> str:
         """The frontend's /metrics, from its metrics port (9091: not the API port), like
         ``kubectl port-forward deploy/reference-frontend 9091``."""
-        pod = self.pods("frontend", ready_only=True)[0]["metadata"]["name"]
+        pod = self.pods("frontend", ready_only=True, cluster=cluster)[0]["metadata"]["name"]
         with self.port_forward(
             self.cluster, f"pod/{pod}", FRONTEND_METRICS_PORT, namespace=NS
         ) as port:
@@ -933,9 +933,7 @@ def test_a_tensor_parallel_prefill_group_spans_two_pods_and_hands_kv_to_tp1(
         "wait", "--for=condition=Ready", f"ic/{TP_NAME}", "-n", NS, "--timeout=400s",
         timeout_s=430,
     )  # fmt: skip
-    group = journey.get(
-        "pods", "-n", NS, "-l", f"leaderworkerset.sigs.k8s.io/name={TP_NAME}-prefill"
-    )["items"]
+    group = _tp_group(journey)
     assert len(group) == 2 and all(_ready(p) for p in group)
     assert {p["spec"]["nodeName"] for p in group} == {REAL_NODE_NAME}
     created = min(datetime.fromisoformat(p["metadata"]["creationTimestamp"]) for p in group)
@@ -958,7 +956,7 @@ def test_a_tensor_parallel_prefill_group_spans_two_pods_and_hands_kv_to_tp1(
         answers = _greedy_answers(journey.client(base, key), TP_NAME)
     assert all(expected) and answers == expected
     # Both answers were prefilled by the group and decoded by the TP1 worker.
-    text = _tp_frontend_metrics(journey)
+    text = journey.metrics(TP_NAME)
     assert metric_sum(text, "tandem_router_prefill_decisions_total", path="remote") == len(
         TP_QUESTIONS
     )
@@ -997,16 +995,6 @@ def test_a_tensor_parallel_prefill_group_spans_two_pods_and_hands_kv_to_tp1(
     )
 
 
-def _tp_frontend_metrics(journey: Journey) -> str:
-    frontend = journey.get(
-        "pods", "-n", NS, "-l", f"tandem.dev/cluster={TP_NAME},tandem.dev/role=frontend"
-    )["items"][0]["metadata"]["name"]
-    with journey.port_forward(
-        journey.cluster, f"pod/{frontend}", FRONTEND_METRICS_PORT, namespace=NS
-    ) as port:
-        return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-
-
 def _condition_of(journey: Journey, kind: str) -> Json:
     status = journey.get("ic", TP_NAME, "-n", NS).get("status") or {}
     found: Json = next(c for c in status.get("conditions", []) if c["type"] == kind)
@@ -1032,7 +1020,7 @@ def _kill_a_group_pod_under_load(
         p for p in group if p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"]
         == worker_index
     )  # fmt: skip
-    before = _tp_frontend_metrics(journey)
+    before = journey.metrics(TP_NAME)
     node = journey.cluster.real_node
     assert node is not None
     container = victim["status"]["containerStatuses"][0]["containerID"].removeprefix(
@@ -1064,14 +1052,14 @@ def _kill_a_group_pod_under_load(
     eventually(recreated_and_ready, f"the group recreated whole after its {who} was killed")
     FIGURES[f"ray_group_{who}_kill_to_ready_s"] = round(time.monotonic() - killed, 1)
     # Serving again: new prompts go to the recreated group.
-    during = _tp_frontend_metrics(journey)
+    during = journey.metrics(TP_NAME)
     FIGURES[f"ray_group_{who}_kill_prefills_failed_over"] = metric_sum(
         during, "tandem_router_prefill_decisions_total", reason="prefill_failed"
     ) - metric_sum(before, "tandem_router_prefill_decisions_total", reason="prefill_failed")
     remote = metric_sum(during, "tandem_router_prefill_decisions_total", path="remote")
     eventually(
         lambda: metric_sum(
-            _tp_frontend_metrics(journey), "tandem_router_prefill_decisions_total", path="remote"
+            journey.metrics(TP_NAME), "tandem_router_prefill_decisions_total", path="remote"
         ) > remote,
         f"a prompt prefilled by the recreated group (after its {who} was killed)",
     )  # fmt: skip

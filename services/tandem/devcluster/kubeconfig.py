@@ -10,8 +10,6 @@ import yaml
 
 CONTEXT_NAME = "tandem-dev"
 ADMIN_USER = "admin"
-
-
 ADMIN_GROUP = "system:masters"
 
 
