@@ -85,7 +85,7 @@ SECTIONS = (
         "KV offload tiers: with and without offload, KV-event routing vs round-robin "
         "(long multi-turn chats, SmolLM2)",
         "tandem_dev.bench.kv_offload",
-        "Real processes as `tandem up` plans them: per row, 2 reference-engine workers on "
+        "Real processes as `tandem up` plans them: per row, 4 reference-engine workers on "
         "SmolLM2-135M-Instruct prefilling their own prompts, and the real frontend. An "
         "agent's chats behind a ~1,000-token system prompt, each turn adding a ~300-token "
         "tool output to the history, sent one request at a time through the `openai` "

@@ -16,16 +16,22 @@ the system prompt once plus every chat's history -- is at least 4x the device po
 a whole fleet. Sizes come from the chats rendered through SmolLM2's own tokenizer and
 chat template (placeholder answers of the answers' length), before anything starts.
 
-Rows, each on its own fleet as ``tandem up`` plans it (``plan_local``): 2 workers of
-the decode pool that prefill their own prompts, no prefill pool -- so where the router
-sends a turn decides which caches and tiers it finds (with a prefill pool, round-robin's
-prefills all go to the first prefill worker when the pool is idle, whose tiers would
-hold every chat: the kv-routing section) -- and the real frontend:
+Rows, each on its own fleet as ``tandem up`` plans it (``plan_local``): 4 workers of
+the decode pool that prefill their own prompts (``--workers``), no prefill pool -- so
+where the router sends a turn decides which caches and tiers it finds (with a prefill
+pool, round-robin's prefills all go to the first prefill worker when the pool is idle,
+whose tiers would hold every chat: the kv-routing section) -- and the real frontend:
 
 - KV-event routing, offload on;
 - KV-event routing, offload off (evicted KV is recomputed);
-- round-robin, offload on. The number of chats is odd: with an even number and 2 workers,
-  round-robin would send every turn of a chat to the same worker.
+- round-robin, offload on. The number of chats shares no factor with the fleet's size:
+  otherwise round-robin would send every turn of a chat to the same worker (15 chats on 3
+  workers) and meet KV routing's best case. With 4 workers it sends each of a chat's 4
+  turns to another worker; with 2 it alternates, so every other turn finds its chat's
+  history -- the smallest fleet, the kindest to round-robin (the reading says which).
+
+Unless ``--chats`` says otherwise, the chats are as many as the working-set floor needs
+for the fleet (at least 15): a bigger fleet has more device pool to outgrow.
 
 The rows run side by side with the same chats in the same order, their requests
 interleaved one at a time (a different row first at each step), so whatever load the
@@ -84,7 +90,7 @@ from tandem_dev.bench.local_fleet import FRONTEND, run_frontends, run_workers
 
 TARGET_SPEEDUP = 2.0  # issue 37: TTFT p50 with offload vs without, KV routing vs round-robin
 WORKING_SET_FLOOR = 4.0  # issue 37: the working set against the device pool
-CHATS = 15  # odd: see the docstring
+CHATS = 15  # the fewest; more where the fleet's pools need them (see the docstring)
 TURNS = 4
 RULES = 32  # ~1,000 system-prompt tokens
 LOG_LINES = 12  # ~300 tokens of tool output per turn
@@ -94,7 +100,7 @@ GPU_RULES = 320
 GPU_LOG_LINES = 330
 HARDWARE = ("gb200", "b200")
 MAX_TOKENS = 8
-WORKERS = 2
+WORKERS = 4
 HOST_POOLS = 2  # the host tier holds this many device pools: the disk tier the rest
 GAP_S = 1.5  # between a fleet's requests: longer than its router's health round (1 s)
 STARTUP_S = 300.0
@@ -118,7 +124,7 @@ ROWS = (
 @dataclass(frozen=True, slots=True)
 class Sizing:
     """A worker's tiers, in tokens, for chats of ``working_set`` tokens of KV whose
-    longest prompt (with its answer) is ``longest_prompt``."""
+    longest prompt (with its answer) is ``longest_prompt``, on ``fleet`` workers."""
 
     block: int
     pool_tokens: int
@@ -126,13 +132,17 @@ class Sizing:
     disk_tokens: int
     longest_prompt: int
     working_set: int
+    fleet: int
 
-    def working_set_ratio(self, workers: int) -> float:
-        """The working set against the device pools of ``workers`` workers."""
-        return self.working_set / (self.pool_tokens * workers)
+    @property
+    def working_set_ratio(self) -> float:
+        """The working set against the device pools of the whole fleet."""
+        return self.working_set / (self.pool_tokens * self.fleet)
 
 
-def size_tiers(longest_prompt: int, working_set: int, block: int, host_pools: int) -> Sizing:
+def size_tiers(
+    longest_prompt: int, working_set: int, block: int, host_pools: int, fleet: int
+) -> Sizing:
     """The device pool holds the longest prompt and its answer, plus two blocks of slack
     (the model's answers may take more tokens than the placeholders estimated); the host
     tier ``host_pools`` pools; the disk tier the whole working set, which any worker may
@@ -145,7 +155,24 @@ def size_tiers(longest_prompt: int, working_set: int, block: int, host_pools: in
         _round_up(working_set, block),
         longest_prompt,
         working_set,
+        fleet,
     )
+
+
+def choose_chats(fleet: int, ratio_of: Callable[[int], float]) -> int:
+    """The fewest chats, at least ``CHATS``, whose working set is ``WORKING_SET_FLOOR``
+    times the fleet's device pools by ``ratio_of(chats)``, and that share no factor with
+    the fleet's size (so that round-robin moves a chat from worker to worker)."""
+    chats = CHATS
+    while math.gcd(chats, fleet) != 1 or ratio_of(chats) < WORKING_SET_FLOOR:
+        chats += 1
+    return chats
+
+
+def round_robin_return(chats: int, fleet: int) -> int:
+    """After how many turns round-robin sends a chat back to the same worker, when
+    every chat takes its turn in order (``interleave_turns``)."""
+    return fleet // math.gcd(chats, fleet)
 
 
 def _round_up(tokens: int, block: int) -> int:
@@ -269,7 +296,7 @@ def cluster_spec(row: Row, sizing: Sizing, workers: Workers, disk_dir: Path) -> 
             "frontend": {"routingPolicy": row.routing.value},
             "prefill": {"replicas": 0},
             "decode": {
-                "replicas": WORKERS,
+                "replicas": sizing.fleet,
                 "kvCache": {"offload": offload if row.offload else {"enabled": False}},
             },
         },
@@ -397,7 +424,7 @@ def run_rows(
         for i, row in enumerate(rows):
             state = Path(tmp) / f"row-{i}"
             cluster = cluster_spec(row, sizing, workers, state / "kv-disk")
-            plan = write_plan(cluster, state, allocate_ports(WORKERS))
+            plan = write_plan(cluster, state, allocate_ports(sizing.fleet))
             _progress(f"starting {row.label}: {len(plan.workers)} workers")
             urls = stack.enter_context(run_workers(plan, STARTUP_S))
             fleets.append([(w.component, u) for w, u in zip(plan.workers, urls, strict=True)])
@@ -440,12 +467,12 @@ def render(
     )
     lines = [
         f"{chats} chats x {turns} turns per row (+1 warm-up request), {MAX_TOKENS}-token "
-        f"greedy answers; each row on its own {WORKERS} workers ({workers.description}, "
+        f"greedy answers; each row on its own {sizing.fleet} workers ({workers.description}, "
         "prefilling their own prompts) and frontend. Per worker: a "
         f"device KV pool of {sizing.pool_tokens:,} tokens ({sizing.pool_tokens * token_mib:,.0f}"
         f" MiB), with offload host {sizing.host_tokens:,} tokens and {disk}. The chats' "
         f"working set is about {sizing.working_set:,} tokens, "
-        f"{sizing.working_set_ratio(WORKERS):.1f}x a fleet's device pools; the longest "
+        f"{sizing.working_set_ratio:.1f}x a fleet's device pools; the longest "
         f"prompt {sizing.longest_prompt:,} tokens as estimated from the model's chat template "
         f"({max(r.longest_prompt for r in results):,} as sent). "
         "Prompt tokens computed, from the device cache and onboarded from the tiers are the "
@@ -519,8 +546,30 @@ def _costs(result: RowResult, block: int) -> str:
     )
 
 
+def _round_robin_pattern(chats: int, fleet: int, turns: int) -> str:
+    """What round-robin's order left a chat's turns to find on their workers."""
+    back = round_robin_return(chats, fleet)
+    where = f"{chats} chats on {fleet} workers"
+    if back == 1:
+        return (
+            f"Round-robin sent every turn of a chat to the same worker ({where}), as KV "
+            "routing would: the comparison shows nothing here."
+        )
+    if back >= turns:
+        return (
+            f"Round-robin sent each of a chat's {turns} turns to another worker ({where}), "
+            "so no turn found its chat's earlier turns: each computed its history past the "
+            "shared system prompt (a router blind to the cache, on a fleet of this size)."
+        )
+    return (
+        f"Round-robin sent a chat back to the same worker every {back} turns ({where}), so "
+        f"a turn found its chat's history of {back} turns before (in that worker's tiers) "
+        "and computed the turns between."
+    )
+
+
 def _reading(results: Sequence[RowResult], sizing: Sizing) -> str:
-    ratio = sizing.working_set_ratio(WORKERS)
+    ratio = sizing.working_set_ratio
     text = (
         f"**Reading.** The working set is {ratio:.1f}x a fleet's device pools (the issue "
         f"asks at least {WORKING_SET_FLOOR:.0f}x: "
@@ -535,14 +584,8 @@ def _reading(results: Sequence[RowResult], sizing: Sizing) -> str:
         text += " " + _judge("Offload against none (both KV routing)", offload, recompute)
     if offload is not None and round_robin is not None:
         text += " " + _judge("KV routing against round-robin (both offload)", offload, round_robin)
-        text += (
-            f" Round-robin alternates a chat's turns between the {WORKERS} workers (an odd "
-            "number of chats), so a turn finds its chat's history of two turns before (in "
-            "that worker's tiers) and computes the turn between."
-            if WORKERS == 2 and len(round_robin.answers) % 2
-            else " Round-robin here did not alternate each chat's turns between 2 workers "
-            "(an even number of chats, or another fleet size)."
-        )
+        chats, turns = len(round_robin.answers), len(round_robin.answers[0])
+        text += " " + _round_robin_pattern(chats, sizing.fleet, turns)
     differing = [r.row.label for r in results if _same_answers(results[0], r) != "identical"]
     text += (
         f" Greedy answers differ from the first row's in: {', '.join(differing)}."
@@ -556,7 +599,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tandem_dev.bench.kv_offload", description=__doc__
     )
-    parser.add_argument("--chats", type=int, default=CHATS)
+    parser.add_argument("--chats", type=int, help="else as many as the working set needs")
+    parser.add_argument("--workers", type=int, default=WORKERS, help="per row")
     parser.add_argument("--turns", type=int, default=TURNS)
     parser.add_argument("--rules", type=int, help="system prompt: house rules")
     parser.add_argument("--log-lines", type=int, help="tool output per turn")
@@ -566,16 +610,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     on_gpu = args.hardware is not None
-    workload = build_tool_chat_workload(
-        args.chats,
-        args.turns,
-        rules=args.rules or (GPU_RULES if on_gpu else RULES),
-        log_lines=args.log_lines or (GPU_LOG_LINES if on_gpu else LOG_LINES),
-    )
     workers = simulated_workers(args.hardware) if on_gpu else smollm2_workers()
     placeholder = " ".join(["ok"] * MAX_TOKENS)
-    longest, working_set = estimate_tokens(workload, workers.tokenizer, placeholder)
-    sizing = size_tiers(longest, working_set, workers.block, HOST_POOLS)
+
+    def size(chats: int) -> tuple[ChatWorkload, Sizing]:
+        workload = build_tool_chat_workload(
+            chats,
+            args.turns,
+            rules=args.rules or (GPU_RULES if on_gpu else RULES),
+            log_lines=args.log_lines or (GPU_LOG_LINES if on_gpu else LOG_LINES),
+        )
+        longest, working_set = estimate_tokens(workload, workers.tokenizer, placeholder)
+        sizing = size_tiers(longest, working_set, workers.block, HOST_POOLS, args.workers)
+        return workload, sizing
+
+    chats = args.chats or choose_chats(args.workers, lambda n: size(n)[1].working_set_ratio)
+    workload, sizing = size(chats)
     rows = [ROWS[i] for i in args.row] if args.row else list(ROWS)
     results, loads = run_rows(rows, workload, sizing, workers)
     print(render(results, sizing, workers, loads))

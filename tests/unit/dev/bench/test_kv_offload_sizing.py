@@ -15,12 +15,15 @@ from tandem_dev.bench.chat_fleet import WorkerCounts
 from tandem_dev.bench.chat_workload import ChatWorkload
 from tandem_dev.bench.kv_offload import (
     ROWS,
+    WORKING_SET_FLOOR,
     RowResult,
     Sizing,
+    choose_chats,
     cluster_spec,
     estimate_tokens,
     reference_workers,
     render,
+    round_robin_return,
     simulated_workers,
     size_tiers,
 )
@@ -39,23 +42,33 @@ def test_the_working_set_counts_the_shared_system_prompt_once() -> None:
 
 
 def test_the_pool_holds_the_longest_prompt_and_the_disk_the_working_set() -> None:
-    sizing = size_tiers(1_000, 9_001, 16, 2)
+    sizing = size_tiers(1_000, 9_001, 16, 2, 3)
     assert sizing.pool_tokens % 16 == 0 and sizing.pool_tokens >= 1_000 + 16
     assert sizing.host_tokens == 2 * sizing.pool_tokens
     assert sizing.disk_tokens % 16 == 0 and sizing.disk_tokens >= 9_001
-    assert sizing.working_set_ratio(2) == 9_001 / (2 * sizing.pool_tokens)
+    assert sizing.working_set_ratio == 9_001 / (3 * sizing.pool_tokens)
+
+
+def test_chats_outgrow_the_fleet_and_move_between_its_workers_under_round_robin() -> None:
+    # 0.25 of the floor a chat: 16 chats reach it, but share a factor with 4 workers.
+    assert choose_chats(4, lambda chats: chats * WORKING_SET_FLOOR / 16) == 17
+    assert choose_chats(3, lambda chats: chats * WORKING_SET_FLOOR / 16) == 16
+    # Never fewer than the least: the working set may be ample from the start.
+    assert choose_chats(2, lambda chats: 100.0) == 15
+    assert choose_chats(3, lambda chats: 100.0) == 16
+    assert [round_robin_return(chats, 4) for chats in (17, 18, 20)] == [4, 2, 1]
 
 
 def test_rows_differ_only_in_routing_and_offload(tmp_path: Path) -> None:
     model = ReferenceModelConfig()
-    sizing = size_tiers(1_000, 9_000, model.kv_block_size, 2)
+    sizing = size_tiers(1_000, 9_000, model.kv_block_size, 2, 3)
     workers = reference_workers(model, ByteTokenizer())
     specs = {row.label: cluster_spec(row, sizing, workers, tmp_path).spec for row in ROWS}
     for row in ROWS:
         spec = specs[row.label]
         assert spec.frontend.routing_policy is row.routing
         assert spec.decode.kv_cache.offload.enabled is row.offload
-        assert spec.prefill.replicas == 0
+        assert spec.prefill.replicas == 0 and spec.decode.replicas == 3
         blocks = spec.engine.options.as_dict()["num_kv_blocks"]
         assert blocks == sizing.pool_tokens // model.kv_block_size * model.num_layers
     offload = specs[ROWS[0].label].decode.kv_cache.offload
@@ -75,7 +88,7 @@ def _result(index: int, ttft: float, computed: float, answer: str = "ok") -> Row
 
 
 def test_the_report_judges_both_targets_and_the_answers() -> None:
-    sizing = Sizing(16, 1_024, 2_048, 9_216, 1_000, 9_000)
+    sizing = Sizing(16, 1_024, 2_048, 9_216, 1_000, 9_000, 2)
     results = [_result(0, 1.0, 100.0), _result(1, 2.5, 900.0), _result(2, 1.5, 300.0, "no")]
     workers = reference_workers(ReferenceModelConfig(), ByteTokenizer())
     text = render(results, sizing, workers, (1.0, 2.0))
@@ -89,13 +102,15 @@ def test_the_report_judges_both_targets_and_the_answers() -> None:
         "from host 100.0 µs (worth 0.90 of a computed token to the router)."
     ) in text
     assert "Greedy answers differ from the first row's in: round-robin, offload." in text
+    # 3 chats on 2 workers: back every other turn, which 2 turns never reach.
+    assert "each of a chat's 2 turns to another worker (3 chats on 2 workers)" in text
     assert RoutingPolicy.ROUND_ROBIN in {row.routing for row in ROWS}
 
 
 def test_simulated_workers_get_a_pool_that_holds_the_longest_prompt(tmp_path: Path) -> None:
     workers = simulated_workers("gb200")
     assert workers.block == 32
-    sizing = size_tiers(32_560, 366_551, workers.block, 2)
+    sizing = size_tiers(32_560, 366_551, workers.block, 2, 2)
     spec = cluster_spec(ROWS[0], sizing, workers, tmp_path).spec
     assert spec.engine.kind.value == "simulated" and spec.accelerator.profile.value == "gb200"
     engine = SimulatedEngine.from_options(
