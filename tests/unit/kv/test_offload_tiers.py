@@ -70,3 +70,37 @@ def test_onboarding_takes_the_leading_run_the_tiers_hold_up_to_a_limit() -> None
         Move(11, DISK, None),
     ]
     assert plan_onboarding(index, [13, 14], limit=10) == []
+
+
+def test_a_claimed_block_keeps_its_place_until_it_settles() -> None:
+    index = TierIndex({HOST: 2, DISK: 1})
+    offload_all(index, [1, 2])  # both in host, full
+    assert index.claim(1) is HOST
+    assert index.where(1) is None and index.count(HOST) == 1
+    # Its place still counts: the next block pushes the oldest held one down instead of
+    # taking the place being read.
+    assert plan_offload(index, 3) == [Move(2, HOST, DISK), Move(3, None, HOST)]
+    offload_all(index, [3])
+    index.settle(HOST)
+    assert index.capacity(HOST) == 2
+    assert plan_offload(index, 4) == [Move(4, None, HOST)]
+
+
+def test_a_tier_whose_every_place_is_claimed_is_passed_over() -> None:
+    index = TierIndex({HOST: 1, DISK: 1})
+    offload_all(index, [1])
+    index.claim(1)
+    assert index.enabled() == [DISK]
+    assert plan_offload(index, 2) == [Move(2, None, DISK)]
+
+
+def test_a_restored_block_is_held_again_and_a_disabled_tier_stays_disabled() -> None:
+    index = TierIndex({HOST: 1, DISK: 2})
+    offload_all(index, [1, 2])  # 1 on disk, 2 in host
+    tier = index.claim(1)
+    index.restore(1, tier)
+    assert index.where(1) is DISK and index.capacity(DISK) == 2
+    index.claim(2)
+    index.disable(HOST)
+    index.settle(HOST)
+    assert index.capacity(HOST) == 0 and index.enabled() == [DISK]

@@ -14,11 +14,13 @@ Full KV blocks go into a prefix cache (``prefix_cache``) unless ``prefix_cache``
 a new prompt reuses its longest cached prefix and prefills only the rest, and the cache
 reports what it holds as KV events (``drain_kv_events``). With offload tiers
 (``offload_*`` options) evicted blocks go down to host memory and disk, and a prompt's
-blocks found there come back before it is prefilled (``offload``).
+blocks found there come back before it is prefilled (``offload``), read on the onboarding
+thread while the engine steps its other sequences.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from collections.abc import Mapping
@@ -52,8 +54,8 @@ from tandem.engines.reference.kv_pool import KvPool, SequenceKv
 from tandem.engines.reference.loading import load_model
 from tandem.engines.reference.malloc import keep_freed_memory
 from tandem.engines.reference.model import ReferenceModel, Segment
-from tandem.engines.reference.offload import onboard, open_offload
-from tandem.engines.reference.prefix_cache import CacheEntry, PrefixCache
+from tandem.engines.reference.offload import Onboarding, claim_onboarding, open_offload
+from tandem.engines.reference.prefix_cache import PrefixCache
 from tandem.engines.reference.sampling import check_sampling, derive_seed, sample_token
 from tandem.engines.reference.sequence import Sequence, SequenceState
 from tandem.engines.reference.step_plan import compute_attention_tokens, plan_prefill_chunks
@@ -66,6 +68,10 @@ from tandem.kv.events import KvCacheEvent
 
 logger = logging.getLogger(__name__)
 
+# With nothing to compute but blocks coming back from the tiers, a step waits this long
+# for them before it returns (empty), so that new work can be queued between steps.
+ONBOARDING_WAIT_S = 0.005
+
 
 class ReferenceEngine:
     def __init__(
@@ -73,9 +79,14 @@ class ReferenceEngine:
         config: ReferenceModelConfig | None = None,
         weights: ModelWeights | None = None,
         ranks: RankGroup | None = None,
+        *,
+        onboarding_reader: concurrent.futures.Executor | None = None,
     ) -> None:
         """``ranks``: the follower ranks of a tensor-parallel group, which this engine
-        leads as rank 0 (``tp``); needed exactly when ``tensor_parallel_size > 1``."""
+        leads as rank 0 (``tp``); needed exactly when ``tensor_parallel_size > 1``.
+        ``onboarding_reader`` reads blocks back from the offload tiers: by default a
+        thread of its own; one that runs what it is given at once reads them on the
+        engine's thread, before the prompt is queued (the benchmark's baseline)."""
         self.config = config or ReferenceModelConfig()
         threadpool_limits(limits=self.config.blas_threads, user_api="blas")
         keep_freed_memory()
@@ -100,6 +111,10 @@ class ReferenceEngine:
         self._handoff_region = 0 if ranks is None else 1
         self.cache = PrefixCache(self.pool) if self.config.prefix_cache else None
         self.offload = open_offload(self.config, self.pool, self.cache)
+        self._reader = onboarding_reader
+        if self.offload is not None and self._reader is None:
+            self._reader = concurrent.futures.ThreadPoolExecutor(1, "kv-onboarding")
+        self._onboarding: list[tuple[str, Sequence, Onboarding]] = []  # oldest first
         self._sequences: dict[str, Sequence] = {}
         self._prefilling: dict[str, None] = {}  # arrival order
         self._cached_tokens = 0
@@ -163,7 +178,9 @@ class ReferenceEngine:
         self.start_prefill(request_id, prompt, sampling)
         try:
             while True:
-                for output in self._run([], [request_id]):
+                self._settle_onboarding()
+                ready = self._sequences[request_id].state is SequenceState.PREFILLING
+                for output in self._run([], [request_id] if ready else []):
                     assert output.prefill is not None
                     return output.prefill
         except BaseException:
@@ -181,9 +198,9 @@ class ReferenceEngine:
         # At least the last prompt token is computed: its logits give the first token.
         reusable = names[: (len(prompt) - 1) // config.kv_block_size]
         reused = self.cache.match(reusable) if self.cache else []
-        onboarded = 0
+        onboarding = None
         if self.cache and self.offload:
-            onboarded = onboard(
+            onboarding = claim_onboarding(
                 self.pool,
                 self.cache,
                 self.offload,
@@ -192,42 +209,78 @@ class ReferenceEngine:
                 config.num_layers,
                 self._available,
             )
-            reused = self.cache.match(reusable) if onboarded else reused
-        cached = len(reused) * config.kv_block_size
-        shared = self._reused_blocks(reused, cached)
+        # The blocks coming back are the sequence's from now on, as if cached: if some do
+        # not come back, it takes the prefix again when they are in (``_settle``).
+        blocks = [entry.blocks for entry in reused] + (onboarding.blocks if onboarding else [])
+        cached = len(blocks) * config.kv_block_size
+        shared = self._reused_blocks(blocks, cached)
         peak = compute_prefill_peak_blocks(config, len(prompt))
-        in_use = sum(1 for blocks in shared for b in blocks if self.pool.refs(b))
+        in_use = sum(1 for layer in shared for b in layer if self.pool.refs(b))
         if peak - in_use > self._available():
+            if onboarding is not None:
+                onboarding.cancel()
             raise KvCapacityError(
                 f"prompt of {len(prompt)} tokens needs {peak - in_use} KV blocks at peak, "
                 f"{self._available()} of {self.pool.num_total} free"
             )
-        kv = SequenceKv(self.pool, config.num_layers)
-        for layer, blocks in enumerate(shared):
-            if blocks:
-                kv.adopt(layer, compute_kept_blocks(config, layer, cached).start, blocks)
-        self._sequences[request_id] = Sequence(
+        sequence = Sequence(
             tokens=list(prompt),
             prompt_len=len(prompt),
-            kv=kv,
-            state=SequenceState.PREFILLING,
+            kv=self._adopt(shared, cached),
+            state=SequenceState.ONBOARDING if onboarding else SequenceState.PREFILLING,
             sampling=sampling,
             computed=cached,
             names=names,
-            stored=len(reused),
+            stored=len(blocks),
             peak_blocks=peak,
         )
+        self._sequences[request_id] = sequence
         self._prefilling[request_id] = None
-        self._onboarded_tokens += onboarded * config.kv_block_size
-        self._cached_tokens += cached - onboarded * config.kv_block_size
+        self._cached_tokens += len(reused) * config.kv_block_size
+        if onboarding is not None:
+            assert self._reader is not None
+            onboarding.start(self._reader)
+            self._onboarding.append((request_id, sequence, onboarding))
         if cached:
             logger.debug(
-                "%s: %d of %d prompt tokens from the cache (%d onboarded from the tiers)",
+                "%s: %d of %d prompt tokens from the cache (%d coming back from the tiers)",
                 request_id,
                 cached,
                 len(prompt),
-                onboarded * config.kv_block_size,
+                cached - len(reused) * config.kv_block_size,
             )
+
+    def _adopt(self, shared: list[list[int]], cached: int) -> SequenceKv:
+        """A new sequence's KV holding the cached blocks it keeps."""
+        kv = SequenceKv(self.pool, self.config.num_layers)
+        for layer, blocks in enumerate(shared):
+            if blocks:
+                kv.adopt(layer, compute_kept_blocks(self.config, layer, cached).start, blocks)
+        return kv
+
+    def _settle_onboarding(self) -> None:
+        """Take in every onboarding whose blocks are read: its sequence prefills on from
+        what came back. One that came back short takes its prefix again from the cache."""
+        config, pending = self.config, []
+        for request_id, sequence, onboarding in self._onboarding:
+            if not onboarding.done():
+                pending.append((request_id, sequence, onboarding))
+                continue
+            loaded = onboarding.finish()
+            if self._sequences.get(request_id) is not sequence:  # released meanwhile
+                continue
+            self._onboarded_tokens += loaded * config.kv_block_size
+            if loaded < len(onboarding.blocks):
+                assert self.cache is not None
+                sequence.kv.release()
+                reusable = sequence.names[: (sequence.prompt_len - 1) // config.kv_block_size]
+                blocks = [entry.blocks for entry in self.cache.match(reusable)]
+                sequence.computed = len(blocks) * config.kv_block_size
+                sequence.stored = len(blocks)
+                shared = self._reused_blocks(blocks, sequence.computed)
+                sequence.kv = self._adopt(shared, sequence.computed)
+            sequence.state = SequenceState.PREFILLING
+        self._onboarding = pending
 
     def gather_kv(self, request_id: str) -> None:
         """Put a prefilled sequence's KV, every rank's heads, into the whole-layout region
@@ -307,12 +360,17 @@ class ReferenceEngine:
             )
         for _, sequence, params in batch:
             sequence.sampling = params
+        self._settle_onboarding()
         return self._run([rid for rid, _, _ in batch], self._prefill_order())
 
     def _prefill_order(self) -> list[str]:
-        """The queued prefills this step advances, in budget order: the highest
-        priority's, by arrival (``tandem.engines.priority``)."""
-        queued = list(self._prefilling)
+        """The queued prefills this step advances (not those still onboarding), in budget
+        order: the highest priority's, by arrival (``tandem.engines.priority``)."""
+        queued = [
+            rid
+            for rid in self._prefilling
+            if self._sequences[rid].state is SequenceState.PREFILLING
+        ]
         ranks = prefill_order([self._sequences[rid].sampling.priority for rid in queued])
         return [queued[i] for i in ranks]
 
@@ -339,6 +397,8 @@ class ReferenceEngine:
         planned += [(rid, s, n) for rid, s, n in zip(prefills, pending, chunks, strict=True) if n]
         work = [(rid, s, range(s.computed, s.computed + n)) for rid, s, n in planned]
         if not work:
+            if self._onboarding:  # see ONBOARDING_WAIT_S
+                self._onboarding[0][2].wait(ONBOARDING_WAIT_S)
             return []
         segments = []
         for _, sequence, positions in work:
@@ -446,13 +506,14 @@ class ReferenceEngine:
         promised = sum(max(0, s.peak_blocks - s.kv.num_blocks) for s in queued)
         return self.pool.num_free - promised
 
-    def _reused_blocks(self, reused: list[CacheEntry], cached: int) -> list[list[int]]:
-        """Per layer, the cached physical blocks a prompt reusing ``reused`` keeps: all of
-        them for full layers, those of the last window for window layers."""
+    def _reused_blocks(self, reused: list[tuple[int, ...]], cached: int) -> list[list[int]]:
+        """Per layer, the cached physical blocks (``reused``: each logical block's, one per
+        layer) that a prompt whose first ``cached`` tokens are cached keeps: all of them
+        for full layers, those of the last window for window layers."""
         out = []
         for layer in range(self.config.num_layers):
             kept = compute_kept_blocks(self.config, layer, cached)
-            out.append([reused[j].blocks[layer] for j in kept])
+            out.append([reused[j][layer] for j in kept])
         return out
 
     def _store_full_blocks(self, sequence: Sequence) -> None:
@@ -492,7 +553,7 @@ class ReferenceEngine:
             raise EngineError(f"unknown request {request_id!r}")
         if sequence.state is SequenceState.RESERVED:
             raise EngineError(f"request {request_id!r} is reserved but not committed")
-        if sequence.state is SequenceState.PREFILLING:
+        if sequence.state in (SequenceState.ONBOARDING, SequenceState.PREFILLING):
             raise EngineError(f"request {request_id!r} is still prefilling")
         if sequence.finish is not None:
             raise EngineError(f"request {request_id!r} already finished ({sequence.finish})")

@@ -11,6 +11,7 @@ from tandem.kv.block_hashes import ROOT, BlockName, compute_block_names
 
 
 class SequenceState(enum.Enum):
+    ONBOARDING = "onboarding"  # its cached prefix's last blocks coming back from the tiers
     PREFILLING = "prefilling"  # prompt chunks still to compute
     RESERVED = "reserved"  # decode side: KV being written by a transport
     ACTIVE = "active"

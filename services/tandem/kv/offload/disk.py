@@ -10,13 +10,15 @@ only to this process, and its space goes back when the process exits, however it
 
 The file is sparse and grows as slots are first written, so a disk that fills up (or a
 file-size limit) surfaces as a failed write, which ``store`` answers by giving up the
-disk tier. The agent runs in ``NIXL_THREAD_SYNC_NONE`` mode: one thread (the engine's)
-calls it.
+disk tier. The agent runs in ``NIXL_THREAD_SYNC_NONE`` mode, so one transfer runs at a
+time, under a lock: the engine's thread writes what it offloads while the onboarding
+thread reads blocks back (the header buffer is shared too).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -56,6 +58,7 @@ class DiskFile:
         config = nixl_agent_config(enable_prog_thread=False, backends=["POSIX"])
         self._agent: Any = nixl_agent(f"tandem-offload-{self.path.stem}", config)
         self._header = np.zeros(HEADER.size, dtype=np.uint8)
+        self._lock = threading.Lock()
         dram = [(self._header.ctypes.data, HEADER.size, 0, "")]
         dram += [(region_address(r), r.nbytes, 0, "") for r in regions]
         # Registered for the process's lifetime, as the file is.
@@ -63,13 +66,15 @@ class DiskFile:
         self._agent.register_memory([(0, slots * self.slot_bytes, self.fd, "")], "FILE")
 
     def write(self, slot: int, header: bytes, payload: Sequence[Chunk]) -> None:
-        self._header[:] = np.frombuffer(header, dtype=np.uint8)
-        self._transfer("WRITE", slot, payload)
+        with self._lock:
+            self._header[:] = np.frombuffer(header, dtype=np.uint8)
+            self._transfer("WRITE", slot, payload)
 
     def read(self, slot: int, payload: Sequence[Chunk]) -> bytes:
         """Read a slot into ``payload``'s chunks; returns its header."""
-        self._transfer("READ", slot, payload)
-        return self._header.tobytes()
+        with self._lock:
+            self._transfer("READ", slot, payload)
+            return self._header.tobytes()
 
     def _transfer(self, operation: str, slot: int, payload: Sequence[Chunk]) -> None:
         offset = slot * self.slot_bytes

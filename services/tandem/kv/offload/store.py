@@ -5,7 +5,11 @@ A *block* here is one prefix-cache entry: the same logical block in every layer,
 allocated at start-up; the disk tier a ``DiskFile`` of slots. Each block's digest
 (``records``) is taken as it leaves the device pool and checked when it comes back, from
 either tier; a damaged block is counted, forgotten and reported as missing, so the
-engine recomputes it. Every change of tier is also a KV event (``tandem.kv.events``,
+engine recomputes it. Reading a block back is split in three, so that the bytes can move
+on another thread while the engine steps (``tandem.engines.reference.offload``): the
+engine's thread ``claim``s the blocks (out of their tiers, their places kept), any thread
+``read``s a claimed block, and the engine's thread ``settle``s what was read (or
+``restore``s what was not). Every change of tier is also a KV event (``tandem.kv.events``,
 ``drain_events``): a block entering a tier is stored there, one leaving it removed, so
 routers see which tier holds what. A failed disk write gives up the disk tier until
 restart (logged once, ``disabled`` in the stats): offloading goes on with the tiers
@@ -41,6 +45,25 @@ from tandem.kv.offload.tiers import TIERS, Move, TierIndex, plan_offload, plan_o
 logger = logging.getLogger(__name__)
 
 Float32Array = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A block taken out of ``tier`` to be read back from its ``slot`` there."""
+
+    block_hash: int
+    tier: Tier
+    slot: int
+    digest: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Readback:
+    """A claimed block read into the device pool: intact (``damage`` None) or not."""
+
+    claim: Claim
+    damage: Damage | None
+    seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,34 +126,50 @@ class OffloadStore:
         events, self._events = self._events, []
         return events
 
-    def plan(self, hashes: Sequence[int], limit: int) -> list[int]:
-        """The leading blocks of ``hashes`` the tiers hold, at most ``limit``."""
-        return [move.block_hash for move in plan_onboarding(self.index, hashes, limit)]
+    def claim(self, hashes: Sequence[int], limit: int) -> list[Claim]:
+        """Take the leading blocks of ``hashes`` the tiers hold, at most ``limit``, out of
+        them to be read back. Each is then settled (read) or restored (not read)."""
+        claims = []
+        for move in plan_onboarding(self.index, hashes, limit):
+            tier = self.index.claim(move.block_hash)
+            self._events.append(BlocksRemoved((move.block_hash,), tier))
+            slot = self._slot.pop(move.block_hash)
+            claims.append(Claim(move.block_hash, tier, slot, self._digest.pop(move.block_hash)))
+        return claims
 
-    def load(self, block_hash: int, physical: Sequence[int]) -> bool:
-        """Bring a block back into the device pool's ``physical`` blocks (one per layer)
-        and out of its tier. False when no tier holds it (any more) or it came back
-        damaged: the engine computes it instead."""
-        tier = self.index.where(block_hash)
-        if tier is None:
-            return False
-        slot, digest = self._slot[block_hash], self._digest[block_hash]
+    def read(self, claim: Claim, physical: Sequence[int]) -> Readback:
+        """Read a claimed block into the device pool's ``physical`` blocks (one per
+        layer) and check it. Safe on any thread, for claims of distinct blocks."""
         started = time.perf_counter()
-        damage = self._read(tier, slot, block_hash, digest, physical)
-        took = time.perf_counter() - started
-        self._forget(Move(block_hash, tier, None))
-        if damage is not None:
+        damage = self._read(claim.tier, claim.slot, claim.block_hash, claim.digest, physical)
+        return Readback(claim, damage, time.perf_counter() - started)
+
+    def settle(self, readback: Readback) -> None:
+        """The claimed block has left its tier: free its place; a damaged one is counted
+        and said, and the engine computes it instead."""
+        claim = readback.claim
+        self.index.settle(claim.tier)
+        self._free[claim.tier].append(claim.slot)
+        del self._names[claim.block_hash]
+        if readback.damage is not None:
             logger.warning(
                 "KV offload: block %016x from the %s tier is %s; recomputing it",
-                block_hash,
-                tier,
-                damage,
+                claim.block_hash,
+                claim.tier,
+                readback.damage,
             )
-            self._damaged[tier] += 1
-            return False
-        self._onboarded[tier] += 1
-        self._onboard_seconds[tier] += took
-        return True
+            self._damaged[claim.tier] += 1
+            return
+        self._onboarded[claim.tier] += 1
+        self._onboard_seconds[claim.tier] += readback.seconds
+
+    def restore(self, claim: Claim) -> None:
+        """A claimed block that was not read goes back into its place, as it was."""
+        self.index.restore(claim.block_hash, claim.tier)
+        self._slot[claim.block_hash] = claim.slot
+        self._digest[claim.block_hash] = claim.digest
+        parent, name = self._names[claim.block_hash]
+        self._events.append(BlocksStored(parent, (name,), claim.tier))
 
     def stats(self) -> OffloadStats:
         return OffloadStats(

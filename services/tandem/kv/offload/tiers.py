@@ -2,14 +2,16 @@
 
 Pure bookkeeping over block hashes (no bytes); ``store`` carries the moves out. Tiers are
 exclusive: a block lives in at most one of them, and leaves it when it is onboarded back
-into the device pool. A block the device pool evicts enters the highest enabled tier;
+into the device pool; while its bytes are read back it is *claimed*: in no tier, but its
+place still counted against its tier's capacity. A block the device pool evicts enters
+the highest enabled tier;
 a full tier passes its least recently entered block one tier down, and the lowest one
 drops it. A disabled tier (capacity 0: its disk failed) is skipped.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -36,12 +38,14 @@ class TierIndex:
         self._capacity = {tier: capacity.get(tier, 0) for tier in TIERS}
         self._blocks: dict[Tier, OrderedDict[int, None]] = {t: OrderedDict() for t in TIERS}
         self._tier_of: dict[int, Tier] = {}
+        self._claimed: Counter[Tier] = Counter()
 
     def where(self, block_hash: int) -> Tier | None:
         return self._tier_of.get(block_hash)
 
     def capacity(self, tier: Tier) -> int:
-        return self._capacity[tier]
+        """Blocks ``tier`` may hold now: its capacity less the places claimed blocks keep."""
+        return max(0, self._capacity[tier] - self._claimed[tier])
 
     def count(self, tier: Tier) -> int:
         return len(self._blocks[tier])
@@ -51,7 +55,7 @@ class TierIndex:
         return next(h for h in self._blocks[tier] if h != skip)
 
     def enabled(self) -> list[Tier]:
-        return [tier for tier in TIERS if self._capacity[tier] > 0]
+        return [tier for tier in TIERS if self.capacity(tier) > 0]
 
     def apply(self, move: Move) -> None:
         if move.source is not None:
@@ -60,6 +64,24 @@ class TierIndex:
         if move.target is not None:
             self._blocks[move.target][move.block_hash] = None
             self._tier_of[move.block_hash] = move.target
+
+    def claim(self, block_hash: int) -> Tier:
+        """Take ``block_hash`` out of its tier to be read back: nothing moves or drops it
+        any more, and its place counts against the tier until ``settle`` or ``restore``."""
+        tier = self._tier_of[block_hash]
+        self.apply(Move(block_hash, tier, None))
+        self._claimed[tier] += 1
+        return tier
+
+    def settle(self, tier: Tier) -> None:
+        """A claimed block of ``tier`` has left it: its place is free."""
+        assert self._claimed[tier] > 0, f"no claimed block in the {tier} tier"
+        self._claimed[tier] -= 1
+
+    def restore(self, block_hash: int, tier: Tier) -> None:
+        """A claimed block goes back into its place in ``tier`` (it was not read)."""
+        self.settle(tier)
+        self.apply(Move(block_hash, None, tier))
 
     def disable(self, tier: Tier) -> list[Move]:
         """Take ``tier`` out of service: capacity 0, and the moves dropping what it held
