@@ -20,7 +20,9 @@ DRIFT_STEPS = 4
 def build_adaptive_traces(seconds: float = 240.0, scale: float = 1.0) -> list[Trace]:
     """chat, rag, bursty, ramp and drift over ``seconds``; ``scale`` multiplies every rate."""
     quarter = seconds / 4
-    ramp = (1, 2, 3, 4, 4, 3, 2, 1)
+    # 32k prompts, so that the peak needs three times the trough's GPUs (a GB200 worker
+    # serves 1k chat up to ~11 req/s: a 1k ramp to 4 req/s never left one worker).
+    ramp = (0.5, 1, 2, 3, 3, 2, 1, 0.5)
     step = seconds / len(ramp)
     drift = seconds / DRIFT_STEPS
     short_rate, long_rate = 3 * scale, 1.5 * scale
@@ -49,9 +51,10 @@ def build_adaptive_traces(seconds: float = 240.0, scale: float = 1.0) -> list[Tr
         ),
         Trace(
             "ramp",
-            f"diurnal: 1k prompts, {step:.0f} s steps up to {max(ramp) * scale:g} req/s and down",
+            f"diurnal: 32k prompts, {step:.0f} s steps from {ramp[0] * scale:g} up to "
+            f"{max(ramp) * scale:g} req/s and down",
             seconds,
-            (Stream(SHORT, tuple(Phase(step, r * scale) for r in ramp)),),
+            (Stream(LONG, tuple(Phase(step, r * scale) for r in ramp)),),
         ),
         Trace(
             "drift",

@@ -35,6 +35,9 @@ def test_the_traces_are_the_issues_five_and_the_drift_ends_in_long_prompts() -> 
     assert drift.load_at(119).mean_prompt_tokens == 32768
     arrivals = generate_arrivals(drift, 7)
     assert arrivals[0].prompt_tokens == 1024 and arrivals[-1].prompt_tokens == 32768
+    # The ramp's peak is six times its trough: more GPUs than its first quarter needs.
+    ramp = traces["ramp"]
+    assert ramp.load_at(1).requests_per_second * 6 == ramp.load_at(60).requests_per_second
 
 
 def test_the_average_workload_is_the_median_prompt_and_the_mean_rate_rounded_up() -> None:
