@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -1008,6 +1008,25 @@ def _tp_group(journey: Journey) -> list[Json]:
     return items
 
 
+# What the frontend logs as it takes a worker out of its choices (router/health.py).
+ROUTER_DROPS = ("marked unhealthy", "is not serving", "left the membership")
+
+
+def _router_dropped(journey: Journey, address: str, since: datetime) -> datetime | None:
+    """The time of the frontend's first log line since ``since`` that takes the worker at
+    ``address`` out of its choices (the container runtime's timestamps: this clock)."""
+    lines = journey.kubectl(
+        "logs", "-n", NS, "-l", f"tandem.dev/cluster={TP_NAME},tandem.dev/role=frontend",
+        "--timestamps", f"--since-time={since.isoformat()}",
+    ).stdout.splitlines()  # fmt: skip
+    for line in lines:
+        stamp, _, text = line.partition(" ")
+        at = datetime.fromisoformat(stamp[:26] + "+00:00")  # nanoseconds cut to micro
+        if at >= since and address in text and any(drop in text for drop in ROUTER_DROPS):
+            return at
+    return None
+
+
 def _kill_a_group_pod_under_load(
     journey: Journey, load: SteadyLoad, worker_index: str, who: str
 ) -> None:
@@ -1020,6 +1039,10 @@ def _kill_a_group_pod_under_load(
         p for p in group if p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"]
         == worker_index
     )  # fmt: skip
+    leader = next(
+        p for p in group
+        if p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
+    )  # fmt: skip
     before = journey.metrics(TP_NAME)
     node = journey.cluster.real_node
     assert node is not None
@@ -1031,7 +1054,7 @@ def _kill_a_group_pod_under_load(
          "-s", "SIGKILL", container],
         check=True, capture_output=True, timeout=30,
     )  # fmt: skip
-    killed = time.monotonic()
+    killed, killed_at = time.monotonic(), datetime.now(UTC)
 
     # The pod it names: the killed one, or its partner (a leader whose follower died
     # exits 1, "the engine is lost"), whichever the operator saw end first.
@@ -1042,6 +1065,19 @@ def _kill_a_group_pod_under_load(
         )
 
     eventually(says_group_down, f"status to name the group whose {who} was killed")
+    # When the router stopped sending the group new work: the frontend's first line, after
+    # the kill, taking the group's worker (the leader's address) out of its choices.
+    stopped: list[datetime] = []
+
+    def router_dropped_it() -> bool:
+        at = _router_dropped(journey, f"{leader['status']['podIP']}:", killed_at)
+        stopped.extend([at] if at else [])
+        return at is not None
+
+    eventually(router_dropped_it, f"the frontend to stop routing to the group ({who} killed)")
+    FIGURES[f"ray_group_{who}_kill_to_router_stopped_s"] = round(
+        (stopped[0] - killed_at).total_seconds(), 2
+    )
 
     def recreated_and_ready() -> bool:
         pods = _tp_group(journey)

@@ -43,8 +43,8 @@ def _kubelet_build_s() -> float:
         )
 
 
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f} s"
+def _seconds(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f} s"
 
 
 def render_table(
@@ -72,6 +72,10 @@ def render_table(
          _seconds(figures.get("ray_group_create_to_ready_s"))),
         *((f"Ray group's {who} SIGKILLed under load: kill → group recreated, Ready",
            _seconds(figures.get(f"ray_group_{who}_kill_to_ready_s")))
+          for who in ("follower", "leader")),
+        *((f"Ray group's {who} SIGKILLed: kill → the frontend takes the group out of its "
+           "choices (its log)",
+           _seconds(figures.get(f"ray_group_{who}_kill_to_router_stopped_s"), 2))
           for who in ("follower", "leader")),
         *((f"prefills the router still sent the group after its {who} was killed",
            str(int(figures[f"ray_group_{who}_kill_prefills_failed_over"])))

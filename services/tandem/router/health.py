@@ -105,6 +105,13 @@ class HealthMonitor:
             return
         if not state.healthy and serving:
             logger.info("worker %s (%s) is healthy", state.key, health.role)
+        if state.healthy and not serving:
+            logger.warning(
+                "worker %s (%s) is not serving (%s): no new work goes to it",
+                state.key,
+                health.role,
+                health.status,
+            )
         state.health, state.stats = health, stats
         state.healthy = serving
         state.consecutive_failures = 0

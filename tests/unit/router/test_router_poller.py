@@ -102,6 +102,23 @@ async def test_a_worker_answering_garbage_is_unhealthy_and_polling_goes_on() -> 
     assert errors(registry, "worker") >= 3
 
 
+async def test_a_worker_that_stops_serving_is_taken_out_and_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its health says so (draining here; not serving alike): no error, but the frontend's
+    log says when the worker left its choices, as a failed call's "marked unhealthy" does."""
+    worker = InProcessWorker("d1", D)
+    router, _ = make_router(FlakyMembership([Member("d1", D)]), [worker])
+    async with router.running():
+        assert router.ready()
+        worker.draining = True
+        await eventually(lambda: not any(v.healthy for v in router.workers()))
+        await asyncio.sleep(0.1)  # several more rounds at 0.01 s
+    said = [r for r in caplog.records if "is not serving" in r.getMessage()]
+    assert len(said) == 1 and said[0].getMessage().startswith("worker d1 (decode)")
+    assert "(draining)" in said[0].getMessage()
+
+
 async def test_a_membership_failure_keeps_the_last_members_and_polling_goes_on() -> None:
     membership = FlakyMembership([Member("d1", D)])
     membership.failing = {2, 3}
