@@ -20,7 +20,12 @@ from tandem.sim.spec_plan import describe_shape
 from tandem.tokenization.harmony import HarmonyTokenizer, load_harmony_tokenizer
 from tandem_dev.autoscale_sim.traces import Trace, generate_arrivals
 from tandem_dev.bench.adaptive.judge import RowFigures, judge_row
-from tandem_dev.bench.adaptive.report import TraceRows, plot_attainment, render_report
+from tandem_dev.bench.adaptive.report import (
+    TraceRows,
+    plot_attainment,
+    plot_name,
+    render_report,
+)
 from tandem_dev.bench.adaptive.rows import (
     AIC_ROWS,
     AUTOSCALING,
@@ -150,9 +155,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="tandem-adaptive-") as tmp:
         for profile in profiles:
             ran = [run_trace(Path(tmp), profile, t, rows, tokenizer, aic) for t in traces]
-            plot_attainment(IMAGES / f"adaptive-{profile}.png", ran)
+            plot_attainment(IMAGES / plot_name(profile, args.only), ran)
             results += ran
-    print(render_report(results, args.seconds, time.monotonic() - started))
+    print(render_report(results, args.seconds, time.monotonic() - started, args.only))
     return 0
 
 

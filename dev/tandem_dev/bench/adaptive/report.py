@@ -62,7 +62,15 @@ def _workload(w: AverageWorkload) -> str:
     return f"ISL {w.isl:,}, p90 {w.isl_p90:,}, OSL {w.osl}, {w.requests_per_second:g} req/s"
 
 
-def render_report(results: Sequence[TraceRows], seconds: float, wall_s: float) -> str:
+def plot_name(profile: str, only: Sequence[str] | None) -> str:
+    """The plot of a run on ``profile``: a run of some traces only (``--only``) has its
+    own, so that it leaves the whole run's panels as they are."""
+    return f"adaptive-{'-'.join([profile, *(only or [])])}.png"
+
+
+def render_report(
+    results: Sequence[TraceRows], seconds: float, wall_s: float, only: Sequence[str] | None
+) -> str:
     header = (
         f"SLO: TTFT p90 <= {SLO.ttft_p90_s:g} s, ITL p90 <= {SLO.itl_p90_s * 1e3:g} ms; each "
         f"trace {seconds:.0f} s in real time; GPU budget 4 prefill + 2 decode TP1 workers of "
@@ -75,7 +83,9 @@ def render_report(results: Sequence[TraceRows], seconds: float, wall_s: float) -
         f"Run took {wall_s:.0f} s."
     )
     profiles = dict.fromkeys(r.profile for r in results)
-    plots = [f"![attainment vs GPU-seconds, {p.upper()}](img/adaptive-{p}.png)" for p in profiles]
+    plots = [
+        f"![attainment vs GPU-seconds, {p.upper()}](img/{plot_name(p, only)})" for p in profiles
+    ]
     return "\n\n".join([header, *(render_trace(r) for r in results), *plots])
 
 
