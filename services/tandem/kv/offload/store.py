@@ -148,9 +148,7 @@ class OffloadStore:
         """The claimed block has left its tier: free its place; a damaged one is counted
         and said, and the engine computes it instead."""
         claim = readback.claim
-        self.index.settle(claim.tier)
-        self._free[claim.tier].append(claim.slot)
-        del self._names[claim.block_hash]
+        self._let_go(claim)
         if readback.damage is not None:
             logger.warning(
                 "KV offload: block %016x from the %s tier is %s; recomputing it",
@@ -164,7 +162,11 @@ class OffloadStore:
         self._onboard_seconds[claim.tier] += readback.seconds
 
     def restore(self, claim: Claim) -> None:
-        """A claimed block that was not read goes back into its place, as it was."""
+        """A claimed block that was not read goes back into its place, as it was; unless a
+        newer copy of it (computed again, then evicted) entered the tiers meanwhile."""
+        if self.index.where(claim.block_hash) is not None:
+            self._let_go(claim)
+            return
         self.index.restore(claim.block_hash, claim.tier)
         self._slot[claim.block_hash] = claim.slot
         self._digest[claim.block_hash] = claim.digest
@@ -182,6 +184,13 @@ class OffloadStore:
             disabled=frozenset(self._disabled),
             onboard_seconds={t: s for t, s in self._onboard_seconds.items() if s},
         )
+
+    def _let_go(self, claim: Claim) -> None:
+        """Free a claimed block's place; its name stays while a newer copy is held."""
+        self.index.settle(claim.tier)
+        self._free[claim.tier].append(claim.slot)
+        if self.index.where(claim.block_hash) is None:
+            del self._names[claim.block_hash]
 
     # -- moves ------------------------------------------------------------------------
 
