@@ -190,8 +190,9 @@ def _onboard(
     model: Model, reader: concurrent.futures.Executor | None, prompt_tokens: int, streams: int
 ) -> _Onboarded:
     """``streams`` decode streams run while a prompt, pushed out of the device pool to
-    the disk tier by another as long, comes back. The pool holds the streams and one
-    such prompt: bringing it back evicts the other's blocks, which go to disk."""
+    the disk tier by two others as long, comes back. The pool holds the streams and
+    about two such prompts: bringing it back evicts the others' blocks, which go to
+    disk."""
     config = model[0]
     entry = config.num_layers * config.kv_block_bytes  # one block of every layer
     prompt_blocks = -(-prompt_tokens // config.kv_block_size) * config.num_layers
@@ -201,12 +202,13 @@ def _onboard(
             model,
             reader,
             num_kv_blocks=prompt_blocks + stream_blocks + 4 * config.num_layers,
-            offload_disk_bytes=3 * prompt_blocks // config.num_layers * (HEADER.size + entry),
+            offload_disk_bytes=4 * prompt_blocks // config.num_layers * (HEADER.size + entry),
             offload_disk_path=disk,
         )
         decoding = _decode_streams(engine, streams)
         prompt = _prompt(prompt_tokens, 21)
-        for name, tokens in (("first", prompt), ("other", _prompt(prompt_tokens, 22))):
+        others = [(f"other-{seed}", _prompt(prompt_tokens, seed)) for seed in (22, 23)]
+        for name, tokens in [("first", prompt), *others]:
             engine.prefill(name, tokens, STREAM)
             engine.release(name)
 
@@ -381,9 +383,9 @@ def main(argv: list[str] | None = None) -> int:
         f"({model[0].max_batch_tokens}), the next chunk of the prompt; while decode rows "
         "wait, deeper prompt tokens count more of the budget (their attention).\n\n" + itl,
         "### Inter-token latency while a prompt's KV comes back from the disk tier\n\n"
-        "The prompt's blocks after its cached head are on disk (NIXL POSIX), pushed out by "
-        "another prompt as long; bringing them back evicts that one's blocks to disk, on "
-        "the engine's thread in both rows (queueing it). ITL max counts queueing the prompt "
+        "The prompt's blocks are on disk (NIXL POSIX), pushed out by two other prompts as "
+        "long; bringing them back evicts those prompts' blocks to disk, on the engine's "
+        "thread in both rows (queueing it). ITL max counts queueing the prompt "
         "into the step after it, as a worker runs them.\n\n" + bench_onboarding(model),
         "### Prefill throughput\n\n" + bench_prefill(model, long_rate),
         "### Prefix cache\n\n" + bench_prefix_cache(model),
