@@ -49,8 +49,10 @@ SECTIONS = (
         "SmolLM2-135M-Instruct from its GGUF in the reference engine (numpy, one BLAS "
         "thread): batched decode against the same sequences stepped one by one, decode "
         "latency while a 4k-token prompt prefills on the same engine (in one call, as "
-        "before batched steps, vs chunked into the steps), prefill rate, the prefix cache "
-        "on a shared system prompt, and a worker process's memory.",
+        "before batched steps, vs chunked into the steps) and while a prompt's KV comes "
+        "back from the disk tier (read on the engine's thread vs beside the steps), "
+        "prefill rate, the prefix cache on a shared system prompt, and a worker process's "
+        "memory.",
         600,
     ),
     Section(
