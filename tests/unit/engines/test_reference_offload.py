@@ -46,12 +46,16 @@ def tokens_of(length: int, seed: int) -> list[int]:
     return np.random.default_rng(seed).integers(0, 256, length).tolist()
 
 
-def push_out_and_ask_again(engine: ReferenceEngine, long: list[int]) -> list[int]:
-    """Ask ``long``, then two other prompts that need the whole device pool, then
-    ``long`` again; returns the second answer."""
+def push_out(engine: ReferenceEngine, long: list[int]) -> None:
+    """Ask ``long``, then two other prompts that need the whole device pool."""
     answer(engine, "first", long)
     for seed in (11, 12):
         answer(engine, f"other-{seed}", tokens_of(len(long), seed))
+
+
+def push_out_and_ask_again(engine: ReferenceEngine, long: list[int]) -> list[int]:
+    """``push_out``, then ``long`` again; returns the second answer."""
+    push_out(engine, long)
     return answer(engine, "again", long)
 
 
@@ -105,9 +109,7 @@ def test_a_flipped_byte_on_disk_is_caught_and_the_block_recomputed(
     long = tokens_of(100, 1)
     expected = push_out_and_ask_again(ReferenceEngine(tiny_config(num_kv_blocks=40)), long)
     engine = ReferenceEngine(offload_config(tiny_config, tmp_path, host_entries=0))
-    answer(engine, "first", long)
-    for seed in (11, 12):
-        answer(engine, f"other-{seed}", tokens_of(len(long), seed))
+    push_out(engine, long)
     assert engine.offload is not None and engine.offload.disk is not None
     # One byte of the long prompt's 6th block, in the disk tier's file.
     offset = _slot_of(engine, long, block=5) * (HEADER.size + ENTRY_BYTES) + HEADER.size + 1000
@@ -154,9 +156,7 @@ def test_a_prompt_coming_back_from_the_tiers_does_not_hold_up_the_other_sequence
     expected_long = push_out_and_ask_again(plain, long)
     expected_short = generate(plain, "short", short, chat)
     engine = ReferenceEngine(offload_config(tiny_config, tmp_path, host_entries=4))
-    answer(engine, "first", long)
-    for seed in (11, 12):
-        answer(engine, f"other-{seed}", tokens_of(len(long), seed))
+    push_out(engine, long)
     reads = GatedReads(monkeypatch)
 
     first = engine.prefill("short", short, chat)
@@ -187,9 +187,7 @@ def test_a_prompt_released_while_its_blocks_come_back_leaks_nothing_and_keeps_th
     long = tokens_of(100, 1)
     expected = push_out_and_ask_again(ReferenceEngine(tiny_config(num_kv_blocks=40)), long)
     engine = ReferenceEngine(offload_config(tiny_config, tmp_path, host_entries=4))
-    answer(engine, "first", long)
-    for seed in (11, 12):
-        answer(engine, f"other-{seed}", tokens_of(len(long), seed))
+    push_out(engine, long)
     reads = GatedReads(monkeypatch)
     engine.start_prefill("gone", long, GREEDY)
     engine.release("gone")  # the client went away
