@@ -20,6 +20,8 @@ FIGURES = {
     "ray_group_follower_kill_prefills_failed_over": 2.0,
     "ray_group_leader_kill_prefills_failed_over": 3.0,
     "ray_group_kills_requests_answered": 403,
+    "ray_group_follower_kill_to_router_stopped_s": 0.25,
+    "ray_group_leader_kill_to_router_stopped_s": 0.08,
 }
 
 
@@ -43,4 +45,7 @@ def test_every_figure_has_its_row() -> None:
     )
     assert rows["prefills the router still sent the group after its leader was killed"] == "3"
     assert rows["answered during both group kills (0 failed)"] == "403"
-    assert len(rows) == 21
+    stopped = "Ray group's {} SIGKILLed: kill → the frontend takes the group out of its choices"
+    assert rows[stopped.format("follower") + " (its log)"] == "0.25 s"
+    assert rows[stopped.format("leader") + " (its log)"] == "0.08 s"
+    assert len(rows) == 23
