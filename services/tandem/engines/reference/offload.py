@@ -128,7 +128,7 @@ def claim_onboarding(
     hold, as many as the pool blocks ``available()`` leaves can take, ``layers`` each;
     None when the tiers hold none of them."""
     rest = names[len(cached) :]
-    # Pinning the prefix first: what it pins is no longer available.
+    # The prefix's free blocks are about to be pinned: no longer available to the claims.
     pinned = [block for entry in cached for block in entry.blocks if not pool.refs(block)]
     room = (available() - len(pinned)) // layers
     claims = store.claim([n.block_hash for n in rest], room)
