@@ -63,7 +63,7 @@ from tandem.engines.reference.tp.ray_ranks import RankGroup, start_ranks
 from tandem.engines.reference.tp.shard import plan_shard, shard_config, shard_weights
 from tandem.engines.reference.tp.whole_kv import WholeKv
 from tandem.engines.reference.weights import ModelWeights, init_weights
-from tandem.kv.block_hashes import compute_block_names
+from tandem.kv.block_hashes import BlockName, compute_block_names
 from tandem.kv.events import KvCacheEvent
 
 logger = logging.getLogger(__name__)
@@ -195,8 +195,7 @@ class ReferenceEngine:
         self._check_new(request_id, prompt)
         config = self.config
         names = compute_block_names(prompt, config.kv_block_size) if self.cache else []
-        # At least the last prompt token is computed: its logits give the first token.
-        reusable = names[: (len(prompt) - 1) // config.kv_block_size]
+        reusable = self._reusable(names, len(prompt))
         reused = self.cache.match(reusable) if self.cache else []
         onboarding = None
         if self.cache and self.offload:
@@ -250,6 +249,11 @@ class ReferenceEngine:
                 cached - len(reused) * config.kv_block_size,
             )
 
+    def _reusable(self, names: list[BlockName], prompt_len: int) -> list[BlockName]:
+        """The leading blocks of a prompt's ``names`` a cache may give it: at least its
+        last token is computed, since its logits give the first token."""
+        return names[: (prompt_len - 1) // self.config.kv_block_size]
+
     def _adopt(self, shared: list[list[int]], cached: int) -> SequenceKv:
         """A new sequence's KV holding the cached blocks it keeps."""
         kv = SequenceKv(self.pool, self.config.num_layers)
@@ -273,7 +277,7 @@ class ReferenceEngine:
             if loaded < len(onboarding.blocks):
                 assert self.cache is not None
                 sequence.kv.release()
-                reusable = sequence.names[: (sequence.prompt_len - 1) // config.kv_block_size]
+                reusable = self._reusable(sequence.names, sequence.prompt_len)
                 blocks = [entry.blocks for entry in self.cache.match(reusable)]
                 sequence.computed = len(blocks) * config.kv_block_size
                 sequence.stored = len(blocks)

@@ -4,9 +4,9 @@ Pure bookkeeping over block hashes (no bytes); ``store`` carries the moves out. 
 exclusive: a block lives in at most one of them, and leaves it when it is onboarded back
 into the device pool; while its bytes are read back it is *claimed*: in no tier, but its
 place still counted against its tier's capacity. A block the device pool evicts enters
-the highest enabled tier;
-a full tier passes its least recently entered block one tier down, and the lowest one
-drops it. A disabled tier (capacity 0: its disk failed) is skipped.
+the highest enabled tier; a full tier passes its least recently entered block one tier
+down, and the lowest one drops it. A disabled tier (capacity 0: its disk failed) is
+skipped.
 """
 
 from __future__ import annotations
