@@ -962,19 +962,12 @@ def test_a_tensor_parallel_prefill_group_spans_two_pods_and_hands_kv_to_tp1(
     )
     assert metric_sum(text, "tandem_router_kv_transfer_bytes_total") > 0
 
-    leader = next(
-        p["metadata"]["name"]
-        for p in group
-        if p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
-    )
+    leader = _group_member(group, "0")["metadata"]["name"]
     log = journey.kubectl("logs", "-n", NS, leader).stdout
     assert "Ray group of 2 joined" in log and "tensor-parallel group of 2" in log
     # Its pool's EndpointSlice had no endpoints while the group started (null, which the
     # Kubernetes client's model refuses): the frontend's watch read it all the same.
-    frontend_log = journey.kubectl(
-        "logs", "-n", NS, "-l", f"tandem.dev/cluster={TP_NAME},tandem.dev/role=frontend"
-    ).stdout
-    assert "watching EndpointSlices" not in frontend_log
+    assert "watching EndpointSlices" not in _tp_frontend_log(journey)
 
     # Group faults under load: the follower's container killed, then the leader's.
     with journey.port_forward(
@@ -1008,6 +1001,21 @@ def _tp_group(journey: Journey) -> list[Json]:
     return items
 
 
+def _group_member(group: list[Json], worker_index: str) -> Json:
+    """The group's pod of that LeaderWorkerSet worker index ("0": the leader)."""
+    member: Json = next(
+        p for p in group
+        if p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] == worker_index
+    )  # fmt: skip
+    return member
+
+
+def _tp_frontend_log(journey: Journey, *options: str) -> str:
+    return journey.kubectl(
+        "logs", "-n", NS, "-l", f"tandem.dev/cluster={TP_NAME},tandem.dev/role=frontend", *options
+    ).stdout  # fmt: skip
+
+
 # What the frontend logs as it takes a worker out of its choices (router/health.py).
 ROUTER_DROPS = ("marked unhealthy", "is not serving", "left the membership")
 
@@ -1015,13 +1023,11 @@ ROUTER_DROPS = ("marked unhealthy", "is not serving", "left the membership")
 def _router_dropped(journey: Journey, address: str, since: datetime) -> datetime | None:
     """The time of the frontend's first log line since ``since`` that takes the worker at
     ``address`` out of its choices (the container runtime's timestamps: this clock)."""
-    lines = journey.kubectl(
-        "logs", "-n", NS, "-l", f"tandem.dev/cluster={TP_NAME},tandem.dev/role=frontend",
-        "--timestamps", f"--since-time={since.isoformat()}",
-    ).stdout.splitlines()  # fmt: skip
-    for line in lines:
+    lines = _tp_frontend_log(journey, "--timestamps", f"--since-time={since.isoformat()}")
+    for line in lines.splitlines():
         stamp, _, text = line.partition(" ")
-        at = datetime.fromisoformat(stamp[:26] + "+00:00")  # nanoseconds cut to micro
+        # RFC 3339 with up to 9 fraction digits (trailing zeros cut), which Python reads.
+        at = datetime.fromisoformat(stamp)
         if at >= since and address in text and any(drop in text for drop in ROUTER_DROPS):
             return at
     return None
@@ -1035,14 +1041,7 @@ def _kill_a_group_pod_under_load(
     pods, and the group serves again; the load goes on on the decode worker meanwhile."""
     group = _tp_group(journey)
     uids = {p["metadata"]["uid"] for p in group}
-    victim = next(
-        p for p in group if p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"]
-        == worker_index
-    )  # fmt: skip
-    leader = next(
-        p for p in group
-        if p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
-    )  # fmt: skip
+    victim, leader = _group_member(group, worker_index), _group_member(group, "0")
     before = journey.metrics(TP_NAME)
     node = journey.cluster.real_node
     assert node is not None
