@@ -26,6 +26,10 @@ from tandem.api.v1alpha1 import (
 
 P = TypeVar("P", bound=PoolSpec)
 
+# How long a long prompt waits for a prefill worker that is starting, in TTFT targets,
+# where the plan lets the prefill pool stand at zero.
+START_WAIT_TTFTS = 5
+
 
 def apply_plan(spec: InferenceClusterSpec, plan: PlanStatus | None) -> InferenceClusterSpec:
     """``spec`` with ``plan``'s shape when the spec asks for auto and the plan meets its
@@ -40,11 +44,13 @@ def apply_plan(spec: InferenceClusterSpec, plan: PlanStatus | None) -> Inference
         return spec
     kind = spec.engine.kind
     standby = spec.autoscaling.enabled
+    prefill = _shape_pool(spec.prefill, plan.prefill, kind, standby=standby)
     updates: dict[str, object] = {
-        "prefill": _shape_pool(spec.prefill, plan.prefill, kind, standby=standby),
+        "prefill": prefill,
         "decode": _shape_pool(spec.decode, plan.decode, kind, standby=standby),
     }
     targets = plan.autoscaling
+    routing = spec.frontend.disaggregation
     if standby and targets is not None:
         scaling = spec.autoscaling
         # An aggregated plan has no prefill target: a standby pool keeps the spec's.
@@ -67,11 +73,25 @@ def apply_plan(spec: InferenceClusterSpec, plan: PlanStatus | None) -> Inference
             }
         )
         if targets.max_prefill_wait_seconds is not None:
-            frontend = spec.frontend
-            routing = frontend.disaggregation.model_copy(
+            routing = routing.model_copy(
                 update={"max_prefill_wait_seconds": targets.max_prefill_wait_seconds}
             )
-            updates["frontend"] = frontend.model_copy(update={"disaggregation": routing})
+    if (
+        standby
+        and prefill.min_replicas == 0 < prefill.max_replicas
+        and routing.max_prefill_start_wait_seconds is None
+        and spec.slo is not None
+    ):
+        # The prefill pool may stand at zero, so the first long prompts of a burst find
+        # it starting. Prefilled on a decode worker meanwhile, each one stalls every
+        # stream there (a 32k prompt, ~0.4 s on a GB200, is 60 tokens' worth of a 6 ms
+        # ITL), so they wait for the starting worker instead. Past the TTFT target such
+        # a prompt is late either way, and the streams are not: the wait only bounds a
+        # worker that never comes up (a crash loop).
+        wait = START_WAIT_TTFTS * spec.slo.ttft_p90_seconds
+        routing = routing.model_copy(update={"max_prefill_start_wait_seconds": wait})
+    if routing is not spec.frontend.disaggregation:
+        updates["frontend"] = spec.frontend.model_copy(update={"disaggregation": routing})
     return spec.model_copy(update=updates)
 
 

@@ -132,6 +132,32 @@ def test_under_autoscaling_an_aggregated_plans_prefill_pool_stands_by_at_zero() 
     _valid(planned)
 
 
+def test_a_prefill_pool_that_may_stand_at_zero_makes_long_prompts_wait_for_its_start() -> None:
+    spec = _cluster(autoscaling=True).spec  # the prefill pool's minReplicas is 0
+    assert spec.prefill.min_replicas == 0 and spec.slo is not None
+    for plan in (AGGREGATED, DISAGGREGATED):
+        routing = apply_plan(spec, plan).frontend.disaggregation
+        assert routing.max_prefill_start_wait_seconds == 5 * spec.slo.ttft_p90_seconds
+    # What the user wrote stays; a pool that never reaches zero, or no autoscaling, has no
+    # starting worker to wait for.
+    written = spec.frontend.model_copy(
+        update={
+            "disaggregation": spec.frontend.disaggregation.model_copy(
+                update={"max_prefill_start_wait_seconds": 30.0}
+            )
+        }
+    )
+    kept = apply_plan(spec.model_copy(update={"frontend": written}), AGGREGATED)
+    assert kept.frontend.disaggregation.max_prefill_start_wait_seconds == 30.0
+    floor = spec.model_copy(update={"prefill": spec.prefill.model_copy(update={"min_replicas": 1})})
+    assert (
+        apply_plan(floor, DISAGGREGATED).frontend.disaggregation.max_prefill_start_wait_seconds
+        is None
+    )
+    fixed = _cluster(autoscaling=False).spec
+    assert apply_plan(fixed, AGGREGATED).frontend == fixed.frontend
+
+
 def test_under_autoscaling_the_plan_sets_the_targets() -> None:
     planned = apply_plan(_cluster(autoscaling=True).spec, DISAGGREGATED)
     scaling = planned.autoscaling
