@@ -185,6 +185,8 @@ def _restore(workload: WorkloadSpec, cr: InferenceCluster) -> WorkloadTrack:
             "osl": last.planned.osl,
             "isl_p90": last.planned.isl_p90,
             "osl_p90": last.planned.osl_p90,
+            "isl_histogram": last.planned.isl_histogram,
+            "osl_histogram": last.planned.osl_histogram,
             "requests_per_second": last.planned.requests_per_second,
         }
     )

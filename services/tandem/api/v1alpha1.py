@@ -666,6 +666,18 @@ class RequestRateSpec(ApiModel):
     )
 
 
+class LengthWeight(ApiModel):
+    """One bar of a length histogram: requests this many tokens long, and their weight."""
+
+    tokens: int = Field(ge=1, le=1_048_576, description="The length, tokens.")
+    weight: float = Field(
+        gt=0,
+        le=1e12,
+        description="Its share of the requests, relative to the other bars' (weights need "
+        "not sum to 1: counts work too).",
+    )
+
+
 class WorkloadSpec(ApiModel):
     """The traffic the deployment is planned for."""
 
@@ -704,6 +716,22 @@ class WorkloadSpec(ApiModel):
         ge=1,
         le=1_048_576,
         description="90th percentile of answer lengths, as islP90.",
+    )
+    isl_histogram: list[LengthWeight] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="Prompt lengths as a histogram: the planner draws each prompt from its "
+        "bars (by weight) instead of the log-normal through isl and islP90, which misplaces "
+        "a mix such as 1k chat with 32k documents (its mean is far from both). isl and "
+        "islP90 still bound the workload re-planning compares with what it observes; a "
+        "re-plan fills this from the frontends' length histograms.",
+    )
+    osl_histogram: list[LengthWeight] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="Answer lengths as a histogram, as islHistogram.",
     )
     requests_per_second: RequestRateSpec
     prefix_reuse_fraction: float = Field(
@@ -873,6 +901,20 @@ class InferenceClusterSpec(ApiModel):
             "self.workload.islP90 <= self.model.maxInputTokens",
             "workload.islP90 must not exceed model.maxInputTokens (longer prompts are refused)",
             ".workload.islP90",
+        ),
+        CelRule(
+            "!has(self.workload) || !has(self.workload.islHistogram) || "
+            "self.workload.islHistogram.all(b, b.tokens <= self.model.maxInputTokens)",
+            "workload.islHistogram's tokens must not exceed model.maxInputTokens (longer "
+            "prompts are refused)",
+            ".workload.islHistogram",
+        ),
+        CelRule(
+            "!has(self.workload) || !has(self.workload.oslHistogram) || "
+            "self.workload.oslHistogram.all(b, b.tokens <= self.model.maxOutputTokens)",
+            "workload.oslHistogram's tokens must not exceed model.maxOutputTokens (answers "
+            "are cut there)",
+            ".workload.oslHistogram",
         ),
         # Planning reads step times: GPU profiles have measured tables for trtllm and
         # simulated; on cpu the operator profiles the reference engine (a Job).
@@ -1052,6 +1094,8 @@ class PlannedWorkload(ApiModel):
     osl: int
     isl_p90: int | None = None
     osl_p90: int | None = None
+    isl_histogram: list[LengthWeight] | None = None
+    osl_histogram: list[LengthWeight] | None = None
     requests_per_second: RequestRateSpec
     source: WorkloadSource
     spec_hash: str = Field(

@@ -58,15 +58,23 @@ TAIL_CUT = 4.0
 Z90 = 1.2815515655446004  # the standard normal's 90th percentile
 
 
+# One bar of a length histogram: (tokens, weight); weights are relative.
+Bar = tuple[int, float]
+
+
 @dataclass(frozen=True, slots=True)
 class Lengths:
     """Prompt or answer lengths: the median and, optionally, the 90th percentile; with
     both, the log-normal through them (cut at TAIL_CUT x p90, and at ``limit``: the most
-    the model accepts, since the frontend refuses longer prompts and caps answers)."""
+    the model accepts, since the frontend refuses longer prompts and caps answers). With
+    ``bars`` (a histogram), lengths are drawn from the bars by weight instead: a mix of
+    1k chat and 32k documents is two bars, where the log-normal through its median and
+    p90 puts most of its prompts in between and under-counts its prompt tokens."""
 
     p50: int
     p90: int | None = None
     limit: int | None = None
+    bars: tuple[Bar, ...] = ()
 
     @property
     def sigma(self) -> float:
@@ -76,14 +84,23 @@ class Lengths:
 
     @property
     def mean(self) -> float:
+        if self.bars:
+            return sum(self._cut(t) * w for t, w in self.bars) / sum(w for _, w in self.bars)
         return self.p50 * math.exp(self.sigma**2 / 2)
 
     def draw(self, rng: random.Random) -> int:
+        if self.bars:
+            # One uniform draw per length, as the log-normal's: a seed gives one sequence.
+            (tokens,) = rng.choices([t for t, _ in self.bars], [w for _, w in self.bars])
+            return self._cut(tokens)
         if self.sigma == 0.0:
             return self.p50
         length = round(rng.lognormvariate(math.log(self.p50), self.sigma))
         cut = round(TAIL_CUT * (self.p90 or self.p50))
         return max(1, min(length, cut if self.limit is None else min(cut, self.limit)))
+
+    def _cut(self, tokens: int) -> int:
+        return tokens if self.limit is None else min(tokens, self.limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,14 +117,17 @@ class Workload:
     # The longest prompt and answer the model serves (None: no limit).
     max_isl: int | None = None
     max_osl: int | None = None
+    # Histograms of the lengths (empty: the median and p90 above describe them).
+    isl_bars: tuple[Bar, ...] = ()
+    osl_bars: tuple[Bar, ...] = ()
 
     @property
     def isl_lengths(self) -> Lengths:
-        return Lengths(self.isl, self.isl_p90, self.max_isl)
+        return Lengths(self.isl, self.isl_p90, self.max_isl, self.isl_bars)
 
     @property
     def osl_lengths(self) -> Lengths:
-        return Lengths(self.osl, self.osl_p90, self.max_osl)
+        return Lengths(self.osl, self.osl_p90, self.max_osl, self.osl_bars)
 
     def describe_slo(self) -> str:
         if self.max_stall_s is None:

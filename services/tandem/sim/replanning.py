@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from tandem.api.v1alpha1 import ReplanSpec, RequestRateSpec, WorkloadSpec
+from tandem.api.v1alpha1 import LengthWeight, ReplanSpec, RequestRateSpec, WorkloadSpec
 from tandem.sim.workload_observation import ObservedLengths
 
 # Fewer requests than this in a window say too little about lengths to re-plan on.
@@ -91,9 +91,11 @@ def step(
 
 
 def adopt(planned: WorkloadSpec, seen: ObservedLengths) -> WorkloadSpec:
-    """The workload the next plan is for: the observed median and p90 lengths; the planned
-    rate range, raised to the observed rate (two significant digits, rounded up) when that
-    is above it."""
+    """The workload the next plan is for: the observed median and p90 lengths and their
+    histograms (the planner draws from those: a burst of 32k prompts among 1k chat is two
+    bars, which no log-normal through the median and p90 describes); the planned rate
+    range, raised to the observed rate (two significant digits, rounded up) when that is
+    above it."""
     rate = planned.requests_per_second
     if seen.requests_per_second > rate.max:
         rate = RequestRateSpec(min=rate.min, max=_round_up(seen.requests_per_second))
@@ -104,9 +106,15 @@ def adopt(planned: WorkloadSpec, seen: ObservedLengths) -> WorkloadSpec:
             "osl": osl,
             "isl_p90": max(isl, seen.isl_p90),
             "osl_p90": max(osl, seen.osl_p90),
+            "isl_histogram": _histogram(seen.isl_bars),
+            "osl_histogram": _histogram(seen.osl_bars),
             "requests_per_second": rate,
         }
     )
+
+
+def _histogram(bars: tuple[tuple[int, float], ...]) -> list[LengthWeight] | None:
+    return [LengthWeight(tokens=t, weight=w) for t, w in bars] or None
 
 
 def _round_up(value: float) -> float:

@@ -64,6 +64,8 @@ def compute_workload(spec: InferenceClusterSpec) -> Workload:
         osl_p90=load.osl_p90,
         max_isl=spec.model.max_input_tokens,
         max_osl=spec.model.max_output_tokens,
+        isl_bars=tuple((b.tokens, b.weight) for b in load.isl_histogram or ()),
+        osl_bars=tuple((b.tokens, b.weight) for b in load.osl_histogram or ()),
     )
 
 

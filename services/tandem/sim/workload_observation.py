@@ -4,9 +4,10 @@ Every frontend exports the prompt and answer length of each request it serves as
 Prometheus histograms (``tandem.frontend.metrics``); one frontend's scrape of those
 cumulative counters is a :class:`LengthCounts`. The difference of two scrapes of a
 frontend is what it served between them; :func:`observe_between` adds those differences
-up over the frontends and turns them into what a plan reads: median and p90 lengths, and
-the arrival rate. Frontends are compared one by one, so one that restarted (its counters
-fell) or that only one of the scrapes saw leaves the others' counts intact.
+up over the frontends and turns them into what a plan reads: median and p90 lengths, the
+lengths' histograms, and the arrival rate. Frontends are compared one by one, so one that
+restarted (its counters fell) or that only one of the scrapes saw leaves the others'
+counts intact.
 """
 
 from __future__ import annotations
@@ -71,6 +72,18 @@ class Histogram:
             lower, below = bound, count
         return lower
 
+    def bars(self) -> tuple[tuple[int, float], ...]:
+        """The observations as a length histogram: each non-empty bucket's count at its
+        midpoint (linear within the bucket, as :meth:`quantile` reads it; the +Inf
+        bucket's at the largest finite bound)."""
+        out, lower, below = [], 0.0, 0.0
+        for bound, count in zip(self.bounds, self.counts, strict=True):
+            if count > below:
+                middle = lower if math.isinf(bound) else (lower + bound) / 2
+                out.append((max(1, round(middle)), count - below))
+            lower, below = bound, count
+        return tuple(out)
+
 
 EMPTY = Histogram((), ())
 
@@ -94,6 +107,9 @@ class ObservedLengths:
     requests_per_second: float
     requests: int  # prompts that reached a worker in the window
     window_seconds: float
+    # The lengths as histograms, (tokens, count) per non-empty bucket.
+    isl_bars: tuple[tuple[int, float], ...] = ()
+    osl_bars: tuple[tuple[int, float], ...] = ()
 
 
 def parse_length_counts(text: str) -> LengthCounts:
@@ -137,6 +153,8 @@ def observe_between(
         requests_per_second=prompts.total / seconds,
         requests=round(prompts.total),
         window_seconds=seconds,
+        isl_bars=prompts.bars(),
+        osl_bars=answers.bars(),
     )
 
 

@@ -108,6 +108,8 @@ class WorkloadTrack:
                 osl=self.planned.osl,
                 isl_p90=self.planned.isl_p90,
                 osl_p90=self.planned.osl_p90,
+                isl_histogram=self.planned.isl_histogram,
+                osl_histogram=self.planned.osl_histogram,
                 requests_per_second=self.planned.requests_per_second,
                 source=self.source,
                 spec_hash=self.spec_hash,

@@ -1,9 +1,11 @@
 """Lengths as distributions: the log-normal through a median and a p90 (its quantiles
-checked on many seeded draws, the tail cut), arrivals unchanged without a p90, and a
-long tail of prompts that costs a deployment TTFT the median alone hides."""
+checked on many seeded draws, the tail cut), a histogram's bars drawn by weight,
+arrivals unchanged without a p90, a long tail of prompts that costs a deployment TTFT
+the median alone hides, and a mix of two lengths the log-normal misjudges."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import statistics
@@ -72,3 +74,40 @@ def test_a_long_tail_of_prompts_costs_ttft_the_median_hides() -> None:
         for w in (fixed, tail)
     ]
     assert judged[1].ttft.p90 > 2 * judged[0].ttft.p90
+
+
+def test_a_histogram_draws_its_bars_by_weight() -> None:
+    lengths = Lengths(1024, bars=((1024, 3.0), (32768, 1.0)))
+    rng = random.Random(11)
+    draws = [lengths.draw(rng) for _ in range(20_000)]
+    assert set(draws) == {1024, 32768}
+    assert draws.count(32768) / len(draws) == pytest.approx(0.25, abs=0.01)
+    assert lengths.mean == (3 * 1024 + 32768) / 4
+    # The model's limit cuts a bar as it cuts a log-normal draw.
+    cut = Lengths(1024, bars=((1024, 1.0), (65536, 1.0)), limit=32768)
+    assert max(cut.draw(rng) for _ in range(100)) == 32768
+    assert cut.mean == (1024 + 32768) / 2
+
+
+def test_the_log_normal_through_a_mixs_median_and_p90_passes_what_the_mix_fails() -> None:
+    # Two aggregated GB200 workers, 1k chat and 32k documents half and half at 5 req/s
+    # (a model taking 32k prompts): its median is 1k and its p90 32k, and the log-normal
+    # through those puts most of its long prompts in between, under half the mix's prompt
+    # tokens. Drawn from the two bars, every second prompt is a 32k prefill that stalls
+    # the workers' streams.
+    setup, candidate = Setup(OPTIONS, OPTIONS, 2048), Candidate(0, 2, 1, 1)
+    slo = Slo(2.0, 0.006)
+    log_normal = Workload(1024, 64, 5.0, slo, isl_p90=32768, max_isl=32768)
+    mix = dataclasses.replace(log_normal, isl_bars=((1024, 1.0), (32768, 1.0)))
+    arrivals = {
+        name: generate_arrivals(w, 300, seed=1)
+        for name, w in (("log-normal", log_normal), ("mix", mix))
+    }
+    tokens = {name: statistics.fmean(r.prompt_tokens for r in a) for name, a in arrivals.items()}
+    assert tokens["mix"] > 2 * tokens["log-normal"]
+    judged = {
+        name: evaluate(candidate, w, setup, arrivals[name], stop_early=False)
+        for name, w in (("log-normal", log_normal), ("mix", mix))
+    }
+    assert judged["log-normal"].meets
+    assert not judged["mix"].meets

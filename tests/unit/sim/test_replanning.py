@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.api.v1alpha1 import ReplanSpec, RequestRateSpec, WorkloadSpec
+from tandem.api.v1alpha1 import LengthWeight, ReplanSpec, RequestRateSpec, WorkloadSpec
 from tandem.sim.replanning import (
     MIN_REQUESTS,
     ReplanState,
@@ -111,6 +111,24 @@ def test_the_new_plan_is_for_the_observed_medians_and_a_higher_rate() -> None:
     assert (adopted.isl_p90, adopted.osl_p90) == (2 * 31873, 2 * 950)  # seen()'s p90s
     assert adopted.requests_per_second.min == 0.5
     assert adopted.requests_per_second.max == pytest.approx(2.2)  # 2.134 up to 2 digits
+
+
+def test_the_new_plan_draws_from_the_observed_histograms() -> None:
+    # A burst of 32k documents among 1k chat: a quarter of the prompts, two bars.
+    observed = seen(isl=1000)
+    observed = ObservedLengths(
+        **{
+            **{f: getattr(observed, f) for f in observed.__dataclass_fields__},
+            "isl_bars": ((918, 30.0), (29388, 10.0)),
+            "osl_bars": ((58, 40.0),),
+        }
+    )
+    adopted = adopt(PLANNED, observed)
+    assert adopted.isl_histogram == [
+        LengthWeight(tokens=918, weight=30), LengthWeight(tokens=29388, weight=10),
+    ]  # fmt: skip
+    assert adopted.osl_histogram == [LengthWeight(tokens=58, weight=40)]
+    assert adopt(PLANNED, seen()).isl_histogram is None  # nothing observed: none
 
 
 def test_a_lower_observed_rate_keeps_the_planned_range() -> None:

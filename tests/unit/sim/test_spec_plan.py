@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tandem.api.v1alpha1 import (
     InferenceCluster,
@@ -171,6 +172,12 @@ def test_the_operator_guide_example_is_valid_and_plans() -> None:
     assert isinstance(cluster, InferenceCluster)
     assert cluster.spec.planning.mode is PlanningMode.AUTO
     assert plan_spec(cluster.spec).outcome is PlanOutcome.MET
+    # The histogram fragment after it: a workload the same cluster plans for.
+    fragment = section.split("```yaml\n", 2)[2].split("```", 1)[0]
+    workload = WorkloadSpec.model_validate(yaml.safe_load(fragment)["workload"])
+    assert [(b.tokens, b.weight) for b in workload.isl_histogram or []] == [(1024, 2), (32768, 1)]
+    mixed = cluster.spec.model_copy(update={"workload": workload})
+    assert plan_spec(mixed).outcome is PlanOutcome.MET
 
 
 # A table `tandem profile` measured (SmolLM2 on two cores).
