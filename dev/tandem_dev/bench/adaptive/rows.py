@@ -11,6 +11,7 @@ run as it picks it where that fits the budget.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import statistics
@@ -56,18 +57,25 @@ class AverageWorkload:
     osl: int
     requests_per_second: float
     isl_mean: int  # what a planner taking one prompt length is given
+    # Each prompt length and its count, where the trace has more than one.
+    isl_counts: tuple[tuple[int, int], ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         # The p90 too: a mix of 1k and 32k prompts has a 1k median, and planned on the
         # median alone it gets a deployment that never meets a 32k burst (an aggregated
         # worker whose decode streams stall behind every long prompt). The planner's
-        # draws stop at the model's context (maxInputTokens), so a 32k p90 is fine.
-        return {
+        # draws stop at the model's context (maxInputTokens), so a 32k p90 is fine. And
+        # a mix's histogram: the log-normal through its median and p90 holds under half
+        # of its prompt tokens.
+        wire: dict[str, Any] = {
             "isl": self.isl,
             "islP90": self.isl_p90,
             "osl": self.osl,
             "requestsPerSecond": {"min": 0, "max": self.requests_per_second},
         }
+        if self.isl_counts:
+            wire["islHistogram"] = [{"tokens": t, "weight": n} for t, n in self.isl_counts]
+        return wire
 
 
 def average_workload(arrivals: Sequence[Arrival], seconds: float) -> AverageWorkload:
@@ -79,7 +87,10 @@ def average_workload(arrivals: Sequence[Arrival], seconds: float) -> AverageWork
     rate = len(arrivals) / seconds
     scale = 10 ** (math.floor(math.log10(rate)) - 1)
     rate = round(math.ceil(rate / scale) * scale, 6)
-    return AverageWorkload(isl, max(isl, p90), OUTPUT_TOKENS, rate, mean)
+    counts = sorted(collections.Counter(prompts).items())
+    return AverageWorkload(
+        isl, max(isl, p90), OUTPUT_TOKENS, rate, mean, tuple(counts) if len(counts) > 1 else ()
+    )
 
 
 # What a user knows when deploying: the trace's first quarter (bursty's quiet first
