@@ -16,6 +16,7 @@ from typing import Any
 
 from tandem.runtime.planning_record import read_record
 from tandem.runtime.state import cluster_dir
+from tandem.sim.planner import Candidate
 from tandem.sim.spec_plan import describe_shape
 from tandem.tokenization.harmony import HarmonyTokenizer, load_harmony_tokenizer
 from tandem_dev.autoscale_sim.traces import Trace, generate_arrivals
@@ -31,12 +32,16 @@ from tandem_dev.bench.adaptive.rows import (
     AUTOSCALING,
     PLANNING,
     ROWS,
+    STATIC_PEAK,
     AverageWorkload,
+    TraceLoads,
     average_workload,
     build_aic_request,
     choose_aic,
+    choose_peak,
     choose_static,
     deploy_time_workload,
+    peak_workload,
     render_base,
     render_planned,
     render_static,
@@ -54,22 +59,26 @@ IMAGES = Path("docs/img")
 def render_row(
     row: str,
     name: str,
-    workload: AverageWorkload,
-    deployed: AverageWorkload,
+    loads: TraceLoads,
     profile: str,
     aic: Mapping[str, Any],
 ) -> tuple[dict[str, Any], str] | str:
     """The row's InferenceCluster and its shape in words, or why the row has none (no
     static deployment of that layout meets the SLO within the budget, or AIConfigurator's
-    pick does not fit it). ``deployed``: the planning row's workload
-    (``deploy_time_workload``); ``aic``: AIConfigurator's ``recommend`` entry for the
-    trace on ``profile``."""
+    pick does not fit it). ``aic``: AIConfigurator's ``recommend`` entry for the trace on
+    ``profile``."""
+    workload = loads.average
     if row == AUTOSCALING:
         return render_base(name, workload, profile), "1P+1D, autoscaled"
     if row == PLANNING:
-        return render_planned(name, deployed, profile), "planned"
-    base = render_base(name, workload, profile)
-    candidate = choose_aic(base, aic)[row] if row in AIC_ROWS else choose_static(base)[row]
+        return render_planned(name, loads.deployed, profile), "planned"
+    if row == STATIC_PEAK:
+        workload = loads.peak
+        candidate: Candidate | str | None = choose_peak(render_base(name, workload, profile))
+    elif row in AIC_ROWS:
+        candidate = choose_aic(render_base(name, workload, profile), aic)[row]
+    else:
+        candidate = choose_static(render_base(name, workload, profile))[row]
     if candidate is None:
         return "none meets the SLO within the budget"
     if isinstance(candidate, str):
@@ -89,13 +98,17 @@ def run_trace(
     recommendations (``ask_aic``)."""
     arrivals = generate_arrivals(trace, SEED)
     prompts = build_prompts(tokenizer, arrivals)
-    workload = average_workload(arrivals, trace.duration_seconds)
-    deployed = deploy_time_workload(arrivals, trace.duration_seconds)
-    recommended = aic.get(aic_key(profile, trace.name, workload), {})
+    seconds = trace.duration_seconds
+    loads = TraceLoads(
+        average=average_workload(arrivals, seconds),
+        deployed=deploy_time_workload(arrivals, seconds),
+        peak=peak_workload(arrivals, seconds),
+    )
+    recommended = aic.get(aic_key(profile, trace.name, loads.average), {})
     results: list[tuple[str, RowFigures | str]] = []
     for index, row in enumerate(rows):
         name = f"adaptive-{profile}-{trace.name}-{index}"
-        rendered = render_row(row, name, workload, deployed, profile, recommended)
+        rendered = render_row(row, name, loads, profile, recommended)
         if isinstance(rendered, str):
             results.append((row, rendered))
             continue
@@ -105,7 +118,7 @@ def run_trace(
         figures = judge_row(run, trace.duration_seconds, SLO, planning, shape)
         print(f"adaptive: {profile} {trace.name} {row}: {figures}", file=sys.stderr, flush=True)
         results.append((row, figures))
-    return TraceRows(profile, trace, workload, deployed, results)
+    return TraceRows(profile, trace, loads, results)
 
 
 def aic_key(profile: str, trace: str, workload: AverageWorkload) -> str:

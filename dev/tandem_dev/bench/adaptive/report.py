@@ -16,7 +16,9 @@ from tandem_dev.bench.adaptive.rows import (
     PLANNING,
     STATIC_AGGREGATED,
     STATIC_DISAGGREGATED,
+    STATIC_PEAK,
     AverageWorkload,
+    TraceLoads,
 )
 from tandem_dev.bench.autoscale_live.report import SLO
 
@@ -25,8 +27,7 @@ from tandem_dev.bench.autoscale_live.report import SLO
 class TraceRows:
     profile: str  # the simulated hardware
     trace: Trace
-    workload: AverageWorkload
-    deployed: AverageWorkload  # the planning row's spec.workload
+    loads: TraceLoads
     rows: Sequence[tuple[str, RowFigures | str]]  # a string: why the row did not run
 
 
@@ -37,8 +38,8 @@ def _count(value: int | None) -> str:
 def render_trace(result: TraceRows) -> str:
     lines = [
         f"**{result.trace.name}, {result.profile.upper()}**: {result.trace.description} "
-        f"(average: {_workload(result.workload)}; planning auto deployed for "
-        f"{_workload(result.deployed)})",
+        f"(average: {_workload(result.loads.average)}; peak: {_workload(result.loads.peak)}; "
+        f"planning auto deployed for {_workload(result.loads.deployed)})",
         "",
         "| deployment | ran as | attainment | GPU-seconds | goodput tok/s/GPU | requests "
         "(failed) | re-plans | rollouts |",
@@ -77,7 +78,9 @@ def render_report(
         f"the simulated engine (gpt-oss-120b, fp8 KV). "
         f"Static rows: `tandem plan`'s search for the trace's average load, one layout each, "
         f"and AIConfigurator's picks for it (given the mean prompt; run where they fit the "
-        f"budget); "
+        f"budget); static for the peak: `tandem plan`'s pick for the busiest eighth of the "
+        f"trace (the most prompt tokens), a static deployment sized to hold the SLO "
+        f"throughout; "
         f"planning auto: `spec.workload` is the trace's first quarter, what a user knows at "
         f"deploy time. "
         f"Run took {wall_s:.0f} s."
@@ -102,6 +105,7 @@ def plot_attainment(path: Path, results: Sequence[TraceRows]) -> None:
     styles = {
         STATIC_AGGREGATED: ("s", "tab:blue"),
         STATIC_DISAGGREGATED: ("D", "tab:orange"),
+        STATIC_PEAK: ("P", "tab:gray"),
         AIC_AGGREGATED: ("s", "tab:purple"),
         AIC_DISAGGREGATED: ("D", "tab:brown"),
         AUTOSCALING: ("^", "tab:green"),
