@@ -141,8 +141,8 @@ async def test_a_lasting_shift_re_plans_for_the_observed_workload_and_survives_a
     await world.traffic(90, isl=32000, osl=1000)
     adopted = world.watcher.planned_workload(KEY, _cluster(world))
     assert adopted is not None and 26008 < adopted.isl <= 32768
-    # The histogram the planner draws from: 32000's bucket, at its midpoint.
-    assert [b.tokens for b in adopted.isl_histogram or []] == [29388]
+    # The histogram the planner draws from: 32000's bucket, at its upper bound.
+    assert [b.tokens for b in adopted.isl_histogram or []] == [32768]
     assert 813 < adopted.osl <= 1024
     assert adopted.requests_per_second == RequestRateSpec(max=2)  # 1.33 req/s is inside
     assert KEY in world.enqueued.keys

@@ -119,15 +119,15 @@ def test_the_new_plan_draws_from_the_observed_histograms() -> None:
     observed = ObservedLengths(
         **{
             **{f: getattr(observed, f) for f in observed.__dataclass_fields__},
-            "isl_bars": ((918, 30.0), (29388, 10.0)),
-            "osl_bars": ((58, 40.0),),
+            "isl_bars": ((1024, 30.0), (32768, 10.0)),
+            "osl_bars": ((64, 40.0),),
         }
     )
     adopted = adopt(PLANNED, observed)
     assert adopted.isl_histogram == [
-        LengthWeight(tokens=918, weight=30), LengthWeight(tokens=29388, weight=10),
+        LengthWeight(tokens=1024, weight=30), LengthWeight(tokens=32768, weight=10),
     ]  # fmt: skip
-    assert adopted.osl_histogram == [LengthWeight(tokens=58, weight=40)]
+    assert adopted.osl_histogram == [LengthWeight(tokens=64, weight=40)]
     assert adopt(PLANNED, seen()).isl_histogram is None  # nothing observed: none
 
 

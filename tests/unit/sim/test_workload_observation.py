@@ -83,10 +83,10 @@ def test_a_window_with_no_request_observes_nothing() -> None:
     assert observe_between({}, same, 30.0) is None
 
 
-def test_the_histogram_is_each_non_empty_bucket_at_its_midpoint() -> None:
+def test_the_histogram_is_each_non_empty_bucket_at_its_upper_bound() -> None:
     # 2 in (0, 10], none in (10, 20], 4 in (20, 40], 3 beyond 40.
     h = Histogram((10, 20, 40, INF), (2, 2, 6, 9))
-    assert h.bars() == ((5, 2), (30, 4), (40, 3))
+    assert h.bars() == ((10, 2), (40, 4), (40, 3))
 
 
 def test_a_window_of_1k_chat_and_32k_documents_observes_two_bars() -> None:
@@ -95,5 +95,5 @@ def test_a_window_of_1k_chat_and_32k_documents_observes_two_bars() -> None:
     seen = observe_between(earlier, later, 10.0)
     assert seen is not None
     # Each length's bucket (bounds 2**(k/3): 1000 in (812, 1024], 32000 in (26008, 32768]).
-    assert seen.isl_bars == ((918, 30), (29388, 10))
-    assert [t for t, _ in seen.osl_bars] == [58]  # 64 in (51, 64]: its midpoint
+    assert seen.isl_bars == ((1024, 30), (32768, 10))
+    assert [t for t, _ in seen.osl_bars] == [64]  # 64 in (51, 64]
