@@ -27,6 +27,7 @@ from tandem.sim.scaling_targets import (
     compute_prefill_load,
     compute_scaling_targets,
     find_capacity,
+    find_decode_batch,
 )
 from tandem.sim.spec_setup import compute_setup
 
@@ -128,11 +129,12 @@ def cmd_recommend(args: argparse.Namespace, source: str, cluster: InferenceClust
     if as_json:
         print(json.dumps(render_plan_document(result, setup), indent=2))
     else:
-        capacity = None
+        capacity, batch = None, 0
         if result.chosen is not None:
             say("finding the load the recommended deployment carries within the SLO ...")
             capacity = find_capacity(workload, result.chosen, setup, seed=1)
-        print(format_recommendation(result, capacity, setup.min_prefill_tokens))
+            batch = find_decode_batch(workload, setup, result.chosen.candidate)
+        print(format_recommendation(result, capacity, setup.min_prefill_tokens, batch))
         for clock in result.clock_sources:
             print(f"step times: {clock}")
     if args.plot is not None:
@@ -146,10 +148,14 @@ def cmd_recommend(args: argparse.Namespace, source: str, cluster: InferenceClust
 
 
 def format_recommendation(
-    result: Recommendation, capacity: Capacity | None, min_prefill_tokens: int
+    result: Recommendation,
+    capacity: Capacity | None,
+    min_prefill_tokens: int,
+    decode_batch: int = 0,
 ) -> str:
     """The recommendation in words; its autoscaling targets from ``capacity``, the chosen
-    deployment's :func:`find_capacity` (required when something was chosen)."""
+    deployment's :func:`find_capacity` (required when something was chosen), and
+    ``decode_batch``, its :func:`find_decode_batch`."""
     chosen = result.chosen
     if chosen is None or capacity is None:
         lines = [f"CANNOT MEET THE SLO: {result.reason}"]
@@ -171,15 +177,19 @@ def format_recommendation(
             f"{chosen.requests} simulated requests judged",
             f"  {_counted(len(result.evaluated), 'deployment')} simulated; none with fewer GPUs "
             "meets the SLO",
-            *_format_targets(Capacity(result.workload, chosen), capacity, min_prefill_tokens),
+            *_format_targets(
+                Capacity(result.workload, chosen), capacity, min_prefill_tokens, decode_batch
+            ),
         ]
     )
 
 
-def _format_targets(planned: Capacity, capacity: Capacity, min_prefill_tokens: int) -> list[str]:
+def _format_targets(
+    planned: Capacity, capacity: Capacity, min_prefill_tokens: int, decode_batch: int
+) -> list[str]:
     """The spec values that keep the autoscaler within the SLO (``scaling_targets``),
     each with the load it was taken from."""
-    targets = compute_scaling_targets(capacity, planned, min_prefill_tokens)
+    targets = compute_scaling_targets(capacity, planned, min_prefill_tokens, decode_batch)
     c = capacity.evaluation.candidate
     lines = ["  autoscaling targets (spec):"]
     if targets.prefill_tokens_per_second_per_replica is not None:
@@ -190,11 +200,20 @@ def _format_targets(planned: Capacity, capacity: Capacity, min_prefill_tokens: i
             f"{point.workload.isl} tokens / {_workers(c.prefill, 'prefill')}"
         )
     point, _ = choose_target_basis(compute_decode_load, capacity, planned)
+    if targets.decode_from_batch:
+        context = planned.workload.isl + planned.workload.osl // 2
+        basis = (
+            f"{HEADROOM:g} x {decode_batch} sequences a decode worker steps within the ITL "
+            f"target at {context:,} tokens of context"
+        )
+    else:
+        basis = (
+            f"{_at(point, planned, capacity)} x {point.evaluation.mean_decode_pool_seconds:.2f}"
+            f" s queued or decoding / {_workers(c.decode, 'decode')}"
+        )
     lines.append(
         f"    autoscaling.decode.targetActiveSequencesPerReplica: "
-        f"{targets.decode_active_sequences_per_replica}  # {_at(point, planned, capacity)} x "
-        f"{point.evaluation.mean_decode_pool_seconds:.2f} s queued or decoding / "
-        f"{_workers(c.decode, 'decode')}"
+        f"{targets.decode_active_sequences_per_replica}  # {basis}"
     )
     if targets.max_prefill_wait_seconds is not None:
         lines.append(

@@ -5,10 +5,12 @@ builtin autoscaler sizes each pool from a per-replica target (docs/autoscaling.m
 prompt tokens per second per prefill worker, and sequences decoding per decode worker.
 A target is the per-worker load the chosen deployment carries at the highest rate it
 still serves within the SLO (:func:`find_capacity`, Little's law for the decode pool:
-arrivals per second x seconds its router counts each, queued or active), times
-:data:`HEADROOM`: the autoscaler adds a worker before the pool reaches the load it can no
-longer serve, and takes one away only where the rest still serve what is left. Never below
-the load at the planned rate, which the plan says its workers carry.
+arrivals per second x seconds its router counts each, queued or active; where prompts
+prefill remotely, at least the batch a decode worker steps within the ITL target,
+:func:`find_decode_batch`), times :data:`HEADROOM`: the autoscaler adds a worker before
+the pool reaches the load it can no longer serve, and takes one away only where the rest
+still serve what is left. Never below the load at the planned rate, which the plan says
+its workers carry.
 
 Targets at the planned rate's load instead (the load, not what the workers can carry)
 scale a pool out whenever arrivals run a little above their mean: a one-worker plan at
@@ -22,7 +24,15 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tandem.sim.planner import Evaluation, Setup, Workload, count_requests, evaluate
+from tandem.engines.simulated import SimulatedConfig
+from tandem.sim.planner import (
+    Candidate,
+    Evaluation,
+    Setup,
+    Workload,
+    count_requests,
+    evaluate,
+)
 from tandem.sim.planner import generate_arrivals as generate_sim_arrivals
 
 # Targets at 0.8x the most a worker carries within the SLO, the share docs/autoscaling.md
@@ -52,6 +62,8 @@ class ScalingTargets:
     prefill_tokens_per_second_per_replica: int | None
     decode_active_sequences_per_replica: int
     max_prefill_wait_seconds: float | None
+    # The decode target is the batch bound (``find_decode_batch``), not the load.
+    decode_from_batch: bool = False
 
 
 def find_capacity(workload: Workload, chosen: Evaluation, setup: Setup, seed: int) -> Capacity:
@@ -80,6 +92,29 @@ def find_capacity(workload: Workload, chosen: Evaluation, setup: Setup, seed: in
     return best
 
 
+def find_decode_batch(workload: Workload, setup: Setup, candidate: Candidate) -> int:
+    """The most sequences one of ``candidate``'s decode workers steps within the ITL
+    target at the workload's typical context (the median prompt and half the median
+    answer), and holds in its KV pool: what a decode worker carries, whatever the prefill
+    pool feeds it (at least 1). Step time grows with the batch, so a bisection finds it."""
+    c = candidate
+    shaped = setup.shaped(c.prefill_tp, c.decode_tp, c.max_num_tokens, c.max_batch_size)
+    config = SimulatedConfig.from_options(shaped.decode_options)
+    kv = config.compute_capacity()
+    context = workload.isl + workload.osl // 2
+    most = max(1, (kv.pool_bytes // kv.block_bytes) * kv.tokens_per_block // context)
+    if c.max_batch_size is not None:
+        most = min(most, c.max_batch_size)
+    low, high = 1, most  # low always fits (or nothing does: one is the floor)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if config.clock.step_seconds([context] * middle, ()) <= workload.slo.itl_p90_s:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 def _run_at(capacity: Capacity, rate: float, setup: Setup, seed: int) -> Capacity:
     workload = dataclasses.replace(capacity.workload, rate=rate)
     arrivals = generate_sim_arrivals(workload, count_requests(workload), seed)
@@ -87,7 +122,7 @@ def _run_at(capacity: Capacity, rate: float, setup: Setup, seed: int) -> Capacit
 
 
 def compute_scaling_targets(
-    capacity: Capacity, planned: Capacity, min_prefill_tokens: int
+    capacity: Capacity, planned: Capacity, min_prefill_tokens: int, decode_batch: int = 0
 ) -> ScalingTargets:
     """:data:`HEADROOM` of the per-worker load at ``capacity``, but never below the load
     at ``planned`` (the deployment at the planned rate), rounded down (a target a little
@@ -106,12 +141,21 @@ def compute_scaling_targets(
         _, prompt_tokens = choose_target_basis(compute_prefill_load, capacity, planned)
         prefill_rate = max(1, math.floor(prompt_tokens / candidate.prefill))
     _, sequences = choose_target_basis(compute_decode_load, capacity, planned)
-    decoding = sequences / candidate.decode
+    decoding, from_batch = sequences / candidate.decode, False
+    if disaggregated:
+        # Where prompts prefill remotely, a decode worker's load at the deployment's
+        # capacity is what its prefill pool fed it when that pool gave out: for 32k
+        # prompts with 64-token answers a sequence or two of the dozen it steps within a
+        # 6 ms ITL, a target of 1 that doubled the pool whenever two answers overlapped.
+        # ``decode_batch`` (``find_decode_batch``) is its own bound.
+        from_batch = HEADROOM * decode_batch > decoding
+        decoding = max(decoding, HEADROOM * decode_batch)
     return ScalingTargets(
         prefill_tokens_per_second_per_replica=prefill_rate,
         decode_active_sequences_per_replica=max(1, math.floor(decoding)),
         # A long prompt may wait for the prefill pool as long as the TTFT target allows.
         max_prefill_wait_seconds=workload.slo.ttft_p90_s if disaggregated else None,
+        decode_from_batch=from_batch,
     )
 
 

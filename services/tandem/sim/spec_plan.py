@@ -42,7 +42,12 @@ from tandem.sim.planner import (
     generate_arrivals,
     recommend,
 )
-from tandem.sim.scaling_targets import Capacity, compute_scaling_targets, find_capacity
+from tandem.sim.scaling_targets import (
+    Capacity,
+    compute_scaling_targets,
+    find_capacity,
+    find_decode_batch,
+)
 from tandem.sim.spec_setup import compute_setup
 
 SEED = 1  # the same arrivals for the same spec: a plan is a function of its hash
@@ -181,7 +186,10 @@ def _render(
     finished = chosen.requests > 0  # no judged request: no percentiles to report
     capacity = find_capacity(workload, chosen, setup, SEED)
     targets = compute_scaling_targets(
-        capacity, Capacity(workload, chosen), setup.min_prefill_tokens
+        capacity,
+        Capacity(workload, chosen),
+        setup.min_prefill_tokens,
+        find_decode_batch(workload, setup, c),
     )
     return PlanStatus(
         spec_hash=spec_hash,

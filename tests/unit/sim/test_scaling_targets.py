@@ -21,6 +21,7 @@ from tandem.api.v1alpha1 import (
     WorkloadSpec,
 )
 from tandem.api.validate import load_inference_cluster
+from tandem.engines.simulated import SimulatedConfig
 from tandem.sim.metrics import Percentiles, Slo
 from tandem.sim.planner import Candidate, Evaluation, Workload, recommend
 from tandem.sim.scaling_targets import (
@@ -28,6 +29,7 @@ from tandem.sim.scaling_targets import (
     ScalingTargets,
     compute_scaling_targets,
     find_capacity,
+    find_decode_batch,
 )
 from tandem.sim.spec_plan import SEED, compute_workload, plan_spec
 from tandem.sim.spec_setup import compute_setup
@@ -157,3 +159,43 @@ def test_a_one_worker_plans_decode_target_is_above_its_planned_load() -> None:
     # Little's law at the planned rate: 2 req/s x (255 tokens x ITL p90) at most.
     planned_load = workload.rate * (workload.osl - 1) * plan.predicted.itl_p90_seconds
     assert plan.autoscaling.decode_active_sequences_per_replica > planned_load
+
+
+def test_where_prompts_prefill_remotely_the_decode_target_is_at_least_the_itl_batch() -> None:
+    # 32k prompts, 64-token answers, planned at its capacity: the decode worker holds
+    # 1.8 x 0.2 s = 0.36 sequences, a target of 1; it steps 12 within the ITL: 9.6.
+    planned = Capacity(Workload(32768, 64, 1.8, SLO), chosen(1, 1, 0.2))
+    targets = compute_scaling_targets(planned, planned, 2048, decode_batch=12)
+    assert targets == ScalingTargets(58982, 9, 2.0, decode_from_batch=True)
+    # An aggregated worker prefills too, and prompts under the threshold prefill on the
+    # decode workers: neither decodes at the bare batch's pace, so neither takes it.
+    aggregated = Capacity(planned.workload, chosen(0, 1, 0.2))
+    assert (
+        compute_scaling_targets(
+            aggregated, aggregated, 2048, 12
+        ).decode_active_sequences_per_replica
+        == 1
+    )
+    short = Capacity(Workload(1024, 64, 1.8, SLO), chosen(1, 1, 0.2))
+    assert not compute_scaling_targets(short, short, 2048, 12).decode_from_batch
+    # A load above the batch bound keeps the load's target (1.8 x 20 s = 36 sequences).
+    busy = Capacity(planned.workload, chosen(1, 1, 20.0))
+    assert compute_scaling_targets(busy, busy, 2048, 12).decode_active_sequences_per_replica == 36
+
+
+def test_the_decode_batch_is_the_most_sequences_one_step_holds_within_the_itl() -> None:
+    spec = _light_chat_spec()
+    setup, _ = compute_setup(spec)
+    workload = Workload(32768, 64, 1.0, SLO)
+    candidate = Candidate(1, 1, 1, 1)
+    batch = find_decode_batch(workload, setup, candidate)
+    config = SimulatedConfig.from_options(setup.shaped(1, 1, None).decode_options)
+    context = 32768 + 32
+    assert config.clock.step_seconds([context] * batch, ()) <= SLO.itl_p90_s
+    assert config.clock.step_seconds([context] * (batch + 1), ()) > SLO.itl_p90_s
+    assert batch > 4  # a GB200 steps several 32k sequences in 6 ms
+    capped = dataclasses.replace(candidate, max_batch_size=3)
+    assert find_decode_batch(workload, setup, capped) == 3
+    # A target no step meets still leaves one sequence per worker.
+    strict = dataclasses.replace(workload, slo=Slo(2.0, 1e-6))
+    assert find_decode_batch(strict, setup, candidate) == 1
