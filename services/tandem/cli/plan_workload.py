@@ -151,7 +151,7 @@ def format_recommendation(
     result: Recommendation,
     capacity: Capacity | None,
     min_prefill_tokens: int,
-    decode_batch: int = 0,
+    decode_batch: int,
 ) -> str:
     """The recommendation in words; its autoscaling targets from ``capacity``, the chosen
     deployment's :func:`find_capacity` (required when something was chosen), and

@@ -90,7 +90,6 @@ class Lengths:
 
     def draw(self, rng: random.Random) -> int:
         if self.bars:
-            # One uniform draw per length, as the log-normal's: a seed gives one sequence.
             (tokens,) = rng.choices([t for t, _ in self.bars], [w for _, w in self.bars])
             return self._cut(tokens)
         if self.sigma == 0.0:
