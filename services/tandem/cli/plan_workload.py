@@ -201,10 +201,9 @@ def _format_targets(
         )
     point, _ = choose_target_basis(compute_decode_load, capacity, planned)
     if targets.decode_from_batch:
-        context = planned.workload.isl + planned.workload.osl // 2
         basis = (
             f"{HEADROOM:g} x {decode_batch} sequences a decode worker steps within the ITL "
-            f"target at {context:,} tokens of context"
+            f"target at {planned.workload.decode_context:,} tokens of context"
         )
     else:
         basis = (

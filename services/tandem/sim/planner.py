@@ -96,7 +96,7 @@ class Lengths:
             return self.p50
         length = round(rng.lognormvariate(math.log(self.p50), self.sigma))
         cut = round(TAIL_CUT * (self.p90 or self.p50))
-        return max(1, min(length, cut if self.limit is None else min(cut, self.limit)))
+        return max(1, self._cut(min(length, cut)))
 
     def _cut(self, tokens: int) -> int:
         return tokens if self.limit is None else min(tokens, self.limit)
@@ -127,6 +127,12 @@ class Workload:
     @property
     def osl_lengths(self) -> Lengths:
         return Lengths(self.osl, self.osl_p90, self.max_osl, self.osl_bars)
+
+    @property
+    def decode_context(self) -> int:
+        """The context a sequence typically decodes at: the median prompt and half the
+        median answer."""
+        return self.isl + self.osl // 2
 
     def describe_slo(self) -> str:
         if self.max_stall_s is None:
@@ -510,7 +516,7 @@ def _unreachable(workload: Workload, setup: Setup, limits: Limits) -> Recommenda
             config.compute_capacity()
         except (SimulatedConfigError, ValueError):
             continue
-        context = workload.isl + workload.osl // 2
+        context = workload.decode_context
         step = config.clock.step_seconds([context], ())
         if step < alone:
             alone, sources = step, (config.clock.source,)

@@ -94,14 +94,14 @@ def find_capacity(workload: Workload, chosen: Evaluation, setup: Setup, seed: in
 
 def find_decode_batch(workload: Workload, setup: Setup, candidate: Candidate) -> int:
     """The most sequences one of ``candidate``'s decode workers steps within the ITL
-    target at the workload's typical context (the median prompt and half the median
-    answer), and holds in its KV pool: what a decode worker carries, whatever the prefill
+    target at the workload's typical context (``Workload.decode_context``), and holds in
+    its KV pool: what a decode worker carries, whatever the prefill
     pool feeds it (at least 1). Step time grows with the batch, so a bisection finds it."""
     c = candidate
     shaped = setup.shaped(c.prefill_tp, c.decode_tp, c.max_num_tokens, c.max_batch_size)
     config = SimulatedConfig.from_options(shaped.decode_options)
     kv = config.compute_capacity()
-    context = workload.isl + workload.osl // 2
+    context = workload.decode_context
     most = max(1, (kv.pool_bytes // kv.block_bytes) * kv.tokens_per_block // context)
     if c.max_batch_size is not None:
         most = min(most, c.max_batch_size)
@@ -142,14 +142,13 @@ def compute_scaling_targets(
         prefill_rate = max(1, math.floor(prompt_tokens / candidate.prefill))
     _, sequences = choose_target_basis(compute_decode_load, capacity, planned)
     decoding, from_batch = sequences / candidate.decode, False
-    if disaggregated:
-        # Where prompts prefill remotely, a decode worker's load at the deployment's
-        # capacity is what its prefill pool fed it when that pool gave out: for 32k
-        # prompts with 64-token answers a sequence or two of the dozen it steps within a
-        # 6 ms ITL, a target of 1 that doubled the pool whenever two answers overlapped.
-        # ``decode_batch`` (``find_decode_batch``) is its own bound.
-        from_batch = HEADROOM * decode_batch > decoding
-        decoding = max(decoding, HEADROOM * decode_batch)
+    # Where prompts prefill remotely, a decode worker's load at the deployment's capacity
+    # is what its prefill pool fed it when that pool gave out: for 32k prompts with
+    # 64-token answers a sequence or two of the dozen it steps within a 6 ms ITL, a target
+    # of 1 that doubled the pool whenever two answers overlapped. ``decode_batch``
+    # (``find_decode_batch``) is its own bound.
+    if disaggregated and HEADROOM * decode_batch > decoding:
+        decoding, from_batch = HEADROOM * decode_batch, True
     return ScalingTargets(
         prefill_tokens_per_second_per_replica=prefill_rate,
         decode_active_sequences_per_replica=max(1, math.floor(decoding)),
