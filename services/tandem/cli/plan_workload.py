@@ -286,7 +286,5 @@ def positive_float(text: str) -> float:
 
 
 def _lengths(lengths: Lengths) -> str:
-    """``1024``, ``1024 (p90 4096)`` or ``1024 (histogram of 2 bars, mean 12,800)``."""
-    if lengths.bars:
-        return f"{lengths.p50} (histogram of {len(lengths.bars)} bars, mean {lengths.mean:,.0f})"
+    """``1024`` or ``1024 (p90 4096)``."""
     return str(lengths.p50) if lengths.p90 is None else f"{lengths.p50} (p90 {lengths.p90})"
